@@ -67,3 +67,16 @@ def test_list_and_presets():
 
 def test_readme_is_current():
     assert worldlab('readme', '--check').returncode == 0
+
+
+def test_scene_pairs_resume_without_redoing_work(tmp_path):
+    args = ('run', 'scene_pairs', '-p', 'interventions', 'time_reversal,billboard', '-p', 'prompts', 'Camera pan left.',
+            '--out', tmp_path, '--run-id', 'r1', '--quiet')
+    assert worldlab(*args).returncode == 0
+    d = tmp_path/'scene_pairs'/'r1'
+    made = {p: p.stat().st_mtime_ns for p in d.glob('*/*.mp4')}
+    assert len(made) == 4                                        # two pairs, clean + intervened each
+    r = worldlab(*args)                                          # same run id: everything is already there
+    assert r.returncode == 0, r.stderr
+    assert {p: p.stat().st_mtime_ns for p in d.glob('*/*.mp4')} == made
+    assert len((d/'pairs.csv').read_text().splitlines()) == 3
