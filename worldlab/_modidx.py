@@ -35,6 +35,7 @@ d = { 'settings': {'branch': 'main', 'doc_baseurl': '/', 'doc_host': '', 'git_ur
                                  'worldlab.chunks._complete': ('chunks.html#_complete', 'worldlab/chunks.py'),
                                  'worldlab.chunks._font': ('chunks.html#_font', 'worldlab/chunks.py'),
                                  'worldlab.chunks._render_one': ('chunks.html#_render_one', 'worldlab/chunks.py'),
+                                 'worldlab.chunks._save_png': ('chunks.html#_save_png', 'worldlab/chunks.py'),
                                  'worldlab.chunks.action_frames': ('chunks.html#action_frames', 'worldlab/chunks.py'),
                                  'worldlab.chunks.action_panel_image': ('chunks.html#action_panel_image', 'worldlab/chunks.py'),
                                  'worldlab.chunks.chunk_slots': ('chunks.html#chunk_slots', 'worldlab/chunks.py'),
