@@ -61,3 +61,15 @@ def test_two_processes_take_the_same_updates_as_one(tmp_path):
     tr.load(tmp_path/'fsdp.pt')
     assert tr.step == 2
     for k, v in tr.state()['trainable'].items(): torch.testing.assert_close(v, fsdp['trainable'][k])
+
+
+def test_worldlab_train_launches_on_two_processes(tmp_path):
+    "The launch command of the docs (torchrun here; accelerate launch on a GPU node) with FSDP sharding, then a resume."
+    cmd = [str(BIN/'torchrun'), '--nproc_per_node', '2', '-m', 'worldlab.train', '--preset', 'tiny', '--run-dir', str(tmp_path), '--quiet',
+           '-p', 'height', '32', '-p', 'width', '32', '-p', 'num_frames', '5', '-p', 'fsdp', 'true']
+    for steps in (1, 2):
+        r = subprocess.run(cmd + ['-p', 'steps', str(steps)], cwd=ROOT, env=ENV, capture_output=True, text=True, timeout=900)
+        assert r.returncode == 0, r.stderr[-3000:]
+    cfg = __import__('json').loads((tmp_path/'config.json').read_text())
+    assert (cfg['processes'], cfg['sharded']) == (2, True)
+    assert list(metrics(tmp_path).index) == [0, 1]
