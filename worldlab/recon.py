@@ -8,6 +8,7 @@ from __future__ import annotations
 import functools, math, time
 from dataclasses import dataclass, field, replace
 
+import kornia
 import numpy as np
 import roma
 import torch
@@ -18,9 +19,10 @@ from .splat import Gaussians, render
 
 # %% auto #0
 __all__ = ['DA3_DEFAULT', 'DA3_GS_MODELS', 'DA3_INSTALL', 'to_frames', 'frame_psnr', 'Reconstruction', 'failed', 'grid_rays',
-           'sample_views', 'plane_sweep', 'corrected_poses', 'FitConfig', 'fit_gaussians', 'check_da3_model',
-           'w2c_to_c2w', 'transform_gaussians', 'da3_gaussians', 'da3_to_reconstruction', 'load_da3', 'reconstruct_da3',
-           'reconstruct']
+           'sample_views', 'plane_sweep', 'corrected_poses', 'FitConfig', 'fit_gaussians', 'with_gradients',
+           'pose_step', 'photometric_residuals', 'align_camera', 'keyframe_points', 'track_poses', 'add_tracking',
+           'check_da3_model', 'w2c_to_c2w', 'transform_gaussians', 'da3_gaussians', 'da3_to_reconstruction', 'load_da3',
+           'reconstruct_da3', 'reconstruct']
 
 # %% ../nbs/07_recon.ipynb #42734cfc
 def to_frames(frames) -> torch.Tensor:
@@ -55,9 +57,14 @@ class Reconstruction:
     seconds: float = float('nan')  # wall-clock time of the reconstruction
     background: tuple = (0.5, 0.5, 0.5)   # RGB behind the Gaussians when re-rendering
     info: dict = field(default_factory=dict)
+    tracked_c2w: torch.Tensor|None = None  # [F,4,4] float64 cameras tracked freely from the video ('fit'); None: not tracked
 
     @property
     def psnr(self) -> float: return float(self.psnr_per_frame.mean())   # mean over frames, NaN when not ok
+    @property
+    def video_c2w(self) -> torch.Tensor:
+        "The camera path the video itself shows (what S_traj compares with the command): `tracked_c2w`, else `c2w`."
+        return self.c2w if self.tracked_c2w is None else self.tracked_c2w
     def __len__(self): return len(self.c2w)
     def __repr__(self):
         state = f"PSNR {self.psnr:.2f} dB" if self.ok else f"failed: {self.reason}"
@@ -174,6 +181,11 @@ class FitConfig:
     min_baseline: float = 0.0     # cameras moving less than this (units of z_ref): ok=False, 'degenerate motion'
     background: tuple = (0.5, 0.5, 0.5)   # RGB behind the Gaussians (the procedural clips' grey)
     seed: int = 0
+    track: bool = True            # `reconstruct` also tracks every camera freely from the video (`tracked_c2w`, for S_traj)
+    track_levels: tuple = (4, 2, 1)   # tracking pyramid, coarse to fine: pixels averaged per side
+    track_iters: tuple = (10, 8, 6)   # Levenberg-Marquardt steps per frame at each level
+    track_huber: float = 0.1      # Huber threshold of the colour residuals
+    track_min_alpha: float = 0.8  # key-frame pixels tracked: where the fitted Gaussians are at least this opaque
 
 # %% ../nbs/07_recon.ipynb #e5fc8715
 def _seed(video, c2w0, K, z_ref, cfg):
@@ -254,6 +266,104 @@ def fit_gaussians(frames, # uint8 [F,H,W,3] or float [F,3,H,W]
         rec.psnr_per_frame = frame_psnr(rec.render(), video)
     rec.seconds = time.time() - t0
     return rec
+
+# %% ../nbs/07_recon.ipynb #b13259b7
+def with_gradients(image:torch.Tensor) -> torch.Tensor: # [3,H,W]
+    "The image stacked with its x and then its y gradients per channel, `[9,H,W]` (central differences, kornia)."
+    g = kornia.filters.spatial_gradient(image[None], mode='diff', normalized=True)[0]   # [3,2,H,W]
+    return torch.cat([image, g[:, 0], g[:, 1]])
+
+def pose_step(delta:torch.Tensor) -> torch.Tensor: # [6] float64: axis-angle ω (roma), translation v
+    "The relative pose `[R(ω)|v]` `[4,4]` that `c2w @ pose_step(δ)` applies in the camera's own frame."
+    T = torch.eye(4, dtype=torch.float64)
+    T[:3, :3], T[:3, 3] = roma.rotvec_to_rotmat(delta[:3]), delta[3:]
+    return T
+
+def photometric_residuals(points:torch.Tensor, colors:torch.Tensor, # [N,3] each: world points, their key-frame colours
+                          image:torch.Tensor, K:torch.Tensor, # [9,H,W] from `with_gradients`; [3,3] for (H, W)
+                          c2w:torch.Tensor, # [4,4] the camera to test
+                         ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    "Colour residuals `[N,3]` where `c2w` sees the points, whether each is in view `[N]`, and the Jacobian `[N,3,6]` for `c2w @ [R(ω)|v]`."
+    H, W = image.shape[-2:]
+    w2c = torch.linalg.inv(c2w.double()).float()
+    p = points @ w2c[:3, :3].T + w2c[:3, 3]
+    x, y, z = p.unbind(-1); zs = z.clamp_min(1e-3)
+    fx, fy, cx, cy = K[0, 0].float(), K[1, 1].float(), K[0, 2].float(), K[1, 2].float()
+    u, v = fx*x/zs + cx, fy*y/zs + cy
+    valid = (z > 1e-2) & (u > 0.5) & (u < W - 0.5) & (v > 0.5) & (v < H - 0.5)
+    s = F.grid_sample(image[None], torch.stack([u/W*2 - 1, v/H*2 - 1], -1)[None, None], align_corners=False)[0, :, 0].T  # [N,9]
+    o = torch.zeros_like(zs)
+    duv = torch.stack([torch.stack([fx/zs, o, -fx*x/zs**2], -1), torch.stack([o, fy/zs, -fy*y/zs**2], -1)], -2)  # [N,2,3]
+    dI_dp = torch.stack([s[:, 3:6], s[:, 6:9]], -1) @ duv                                                    # [N,3,3]
+    skew = torch.stack([torch.stack([o, -z, y], -1), torch.stack([z, o, -x], -1), torch.stack([-y, x, o], -1)], -2)  # p' = p + [p]x ω - v
+    return s[:, :3] - colors, valid, torch.cat([dI_dp @ skew, -dI_dp], -1)
+
+# %% ../nbs/07_recon.ipynb #f17bd382
+def _robust_cost(r, seen, k) -> float:
+    "Mean Huber cost of the points `seen` (inf when none is)."
+    a = r[seen].abs()
+    return float(torch.where(a < k, 0.5*a*a, k*(a - 0.5*k)).sum(1).mean()) if seen.any() else math.inf
+
+def align_camera(points:torch.Tensor, colors:torch.Tensor, # [N,3] each: key-frame world points and their colours
+                 image:torch.Tensor, K:torch.Tensor, c2w:torch.Tensor, # [9,H,W] (`with_gradients`), [3,3], [4,4] start
+                 iters:int=10, huber:float=0.1, # Levenberg-Marquardt steps; Huber threshold on colour residuals
+                ) -> tuple[torch.Tensor, float]:
+    "The camera `[4,4]` (float64) that best shows the points in their colours, by robust Levenberg-Marquardt, and its cost."
+    c2w, lam = c2w.double(), 1e-2
+    r, valid, J = photometric_residuals(points, colors, image, K, c2w)
+    for _ in range(iters):
+        w = (huber/r.abs().clamp_min(huber)*valid[:, None]).reshape(-1).double()     # IRLS weights of the Huber loss
+        Jd, rd = J.reshape(-1, 6).double(), r.reshape(-1).double()
+        A, b = Jd.T @ (w[:, None]*Jd), Jd.T @ (w*rd)
+        trial = c2w @ pose_step(-torch.linalg.solve(A + lam*torch.diag(A.diagonal()) + 1e-12*torch.eye(6, dtype=A.dtype), b))
+        r2, valid2, J2 = photometric_residuals(points, colors, image, K, trial)
+        both = valid & valid2                                  # compare on the points both cameras see: leaving the view is free
+        if _robust_cost(r2, both, huber) < _robust_cost(r, both, huber): c2w, r, valid, J, lam = trial, r2, valid2, J2, lam/3
+        else: lam *= 4
+    return c2w, _robust_cost(r, valid, huber)
+
+# %% ../nbs/07_recon.ipynb #ffc35251
+def keyframe_points(rec:Reconstruction, frame0:torch.Tensor, # a fitted reconstruction; the video's frame 0, [3,H,W]
+                    s:int=1, # pyramid level: pixels averaged per side
+                    min_alpha:float=0.8, # keep pixels where the fitted Gaussians are at least this opaque
+                   ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    "World points `[N,3]` behind frame 0's pixels at the fitted depth, their colours `[N,3]`, and `K [3,3]` at level `s`."
+    H, W = frame0.shape[-2:]
+    K, c2w0 = rec.K[0].float(), rec.c2w[0].float()
+    out = render(rec.gaussians, c2w0, K, H, W, background=rec.background)
+    pool = lambda x: F.avg_pool2d(x[None], s)[0] if s > 1 else x
+    alpha = pool(out.alpha[None])[0]
+    inv_depth = pool((out.alpha/out.depth.clamp_min(1e-3))[None])[0]/alpha.clamp_min(1e-6)   # opacity-weighted 1/depth
+    Ks = scale_intrinsics(K, (H, W), (H//s, W//s))
+    keep = (alpha > min_alpha).reshape(-1)
+    pts = (grid_rays(Ks, H//s, W//s, stride=1, margin=0)/inv_depth[..., None]).reshape(-1, 3)[keep]
+    return pts @ c2w0[:3, :3].T + c2w0[:3, 3], pool(frame0).reshape(3, -1).T[keep], Ks
+
+def track_poses(rec:Reconstruction, frames, # a fitted reconstruction; its video (uint8 [F,H,W,3] or float [F,3,H,W])
+                levels=(4, 2, 1), iters=(10, 8, 6), # pyramid (pixels averaged per side) and LM steps per level
+                huber:float=0.1, min_alpha:float=0.8,
+               ) -> tuple[torch.Tensor, torch.Tensor]:
+    "Every camera `[F,4,4]` tracked freely against frame 0 at the fitted depth, and each frame's final cost `[F]`."
+    video = to_frames(frames)
+    keys = [keyframe_points(rec, video[0], s, min_alpha) for s in levels]
+    c2w, costs = [rec.c2w[0].double()], [0.0]
+    for t in range(1, len(video)):
+        c = c2w[-1] @ torch.linalg.inv(c2w[-2]) @ c2w[-1] if t > 1 else c2w[-1]          # constant velocity
+        for (pts, cols, Ks), s, n in zip(keys, levels, iters):
+            c, cost = align_camera(pts, cols, with_gradients(F.avg_pool2d(video[t], s) if s > 1 else video[t]), Ks, c, n, huber)
+        c2w.append(c); costs.append(cost)
+    return torch.stack(c2w), torch.tensor(costs)
+
+# %% ../nbs/07_recon.ipynb #389cf890
+def add_tracking(rec:Reconstruction, frames, cfg:FitConfig|None=None) -> Reconstruction:
+    "The reconstruction with `tracked_c2w` filled in (NaN, with `info['track_reason']`, if tracking fails)."
+    if not rec.ok: return rec
+    t0, cfg = time.time(), cfg or FitConfig()
+    c2w, cost = track_poses(rec, frames, cfg.track_levels, cfg.track_iters, cfg.track_huber, cfg.track_min_alpha)
+    info = dict(rec.info, track_cost=cost, track_seconds=time.time() - t0)
+    if not torch.isfinite(c2w).all():
+        c2w, info['track_reason'] = torch.full_like(c2w, float('nan')), "tracking diverged: non-finite camera poses"
+    return replace(rec, tracked_c2w=c2w, info=info, seconds=rec.seconds + info['track_seconds'])
 
 # %% ../nbs/07_recon.ipynb #bd04e442
 DA3_DEFAULT = 'depth-anything/DA3NESTED-GIANT-LARGE'
@@ -349,6 +459,9 @@ def reconstruct(frames, # uint8 [F,H,W,3] (numpy or torch) or float [F,3,H,W] in
                 traj:Trajectory|None=None, # the commanded cameras, if known
                 **opts) -> Reconstruction:
     "Gaussians and estimated cameras for a video; a failure comes back with `ok=False`, a reason and NaN scores."
-    if backend == 'fit': return fit_gaussians(frames, traj, **opts)
+    if backend == 'fit':
+        cfg = replace(opts.pop('cfg', None) or FitConfig(), **opts)
+        rec = fit_gaussians(frames, traj, cfg)                        # Gaussians, bounded cameras: S_recon's re-render
+        return add_tracking(rec, frames, cfg) if cfg.track else rec   # + the free camera path: S_traj's `video_c2w`
     if backend == 'da3': return reconstruct_da3(frames, traj, **opts)
     raise ValueError(f"unknown reconstruction backend {backend!r}; use 'fit' or 'da3'")
