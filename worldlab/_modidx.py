@@ -253,7 +253,6 @@ d = { 'settings': {'branch': 'main', 'doc_baseurl': '/', 'doc_host': '', 'git_ur
                                 'worldlab.recon.to_frames': ('recon.html#to_frames', 'worldlab/recon.py'),
                                 'worldlab.recon.track_poses': ('recon.html#track_poses', 'worldlab/recon.py'),
                                 'worldlab.recon.transform_gaussians': ('recon.html#transform_gaussians', 'worldlab/recon.py'),
-                                'worldlab.recon.visible_points': ('recon.html#visible_points', 'worldlab/recon.py'),
                                 'worldlab.recon.w2c_to_c2w': ('recon.html#w2c_to_c2w', 'worldlab/recon.py'),
                                 'worldlab.recon.with_gradients': ('recon.html#with_gradients', 'worldlab/recon.py')},
             'worldlab.rewards': { 'worldlab.rewards.ReconCache': ('rewards.html#reconcache', 'worldlab/rewards.py'),
