@@ -181,7 +181,7 @@ class Trainer:
         plain = torch.randn(G, *shape, generator=g)
         traj = trajectory_from_prompt(prompt, c.num_frames, c.height, c.width)
         if c.injection == 'none' or traj.note == NO_CAMERA_PHRASE: return plain, None
-        warped = torch.stack([camera_noise(traj, shape[0], method=c.warp_method, degradation=c.noise_degradation, generator=g)
+        warped = torch.stack([camera_noise(traj, shape[0], *self.policy.vae_scale, method=c.warp_method, degradation=c.noise_degradation, generator=g)
                               for _ in range(G)])
         if c.injection == 'init': return inject_init(plain, warped), None
         if c.injection == 'stepwise_delta': return plain, stepwise_delta(plain, warped, c.wrap_strength, c.delta_steps, c.delta_kernel)

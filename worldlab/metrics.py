@@ -17,10 +17,11 @@ import torch
 from .camera import Trajectory
 
 # %% auto #0
-__all__ = ['ALEXNET_CHECKPOINT', 'LPIPS_LABELS', 'as_c2w', 'relative_to_first', 'rotation_error_deg', 'path_length',
-           'total_rotation_deg', 'Sim3', 'umeyama_align', 'ransac_align', 'align_poses', 'translation_profile',
-           'rotation_profile', 's_traj', 'camera_metrics', 'camera_metrics_table', 'psnr', 'ssim', 'alexnet_checkpoint',
-           'load_lpips', 'lpips_distance', 'recon_metrics', 'consistency_table', 'plot_consistency']
+__all__ = ['MOTION_CLASS', 'ALEXNET_CHECKPOINT', 'LPIPS_LABELS', 'as_c2w', 'relative_to_first', 'rotation_error_deg',
+           'path_length', 'total_rotation_deg', 'Sim3', 'umeyama_align', 'ransac_align', 'align_poses',
+           'translation_profile', 'rotation_profile', 's_traj', 'camera_metrics', 'camera_metrics_table',
+           'classify_camera', 'psnr', 'ssim', 'alexnet_checkpoint', 'load_lpips', 'lpips_distance', 'recon_metrics',
+           'consistency_table', 'plot_consistency']
 
 # %% ../nbs/08_metrics.ipynb #9ea90f26
 def as_c2w(poses) -> torch.Tensor:
@@ -241,6 +242,22 @@ def camera_metrics_table(clips:dict, # {clip name: (estimated poses, reference p
                         ) -> pd.DataFrame:
     "Camera-control metrics of many clips, one row per clip."
     return pd.DataFrame({k: camera_metrics(e, r, **kwargs) for k, (e, r) in clips.items()}).T.rename_axis('clip')
+
+# %% ../nbs/08_metrics.ipynb #e35a4deb
+MOTION_CLASS = {'push_in': 'in', 'pull_out': 'out', 'move_left': 'left', 'move_right': 'right',
+                'orbit_left': 'orbit', 'orbit_right': 'orbit', 'pan_left': 'pan', 'pan_right': 'pan'}
+
+def classify_camera(est, # estimated poses: c2w [F,4,4] (or Trajectory)
+                    H:int=64, W:int=64, form:str='release', # the video size the candidate paths are made for; S_traj form
+                   ) -> tuple[str, str, dict]:
+    "The primitive whose path the estimated cameras follow best (highest S_traj), its class, and every primitive's score."
+    from worldlab.camera import chain_trajectory
+    est = as_c2w(est)
+    scores = {p: s_traj(est, chain_trajectory([p], len(est), H, W), form=form)[0] for p in MOTION_CLASS}
+    finite = {p: s for p, s in scores.items() if math.isfinite(s)}
+    if not finite: return '', '', scores
+    best = max(finite, key=finite.get)
+    return best, MOTION_CLASS[best], scores
 
 # %% ../nbs/08_metrics.ipynb #37f7d841
 def _check_video(x:torch.Tensor, name:str) -> torch.Tensor:

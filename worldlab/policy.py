@@ -53,7 +53,9 @@ class WanPolicy:
 
     @classmethod
     def from_pretrained(cls, path:str|Path, # a Diffusers-format Wan2.1 T2V checkpoint (hub id or local folder)
-                        device='auto', dtype='auto', max_sequence_length:int=512) -> WanPolicy:
+                        device='auto', dtype='auto',
+                        max_sequence_length:int|None=None, # caption tokens (default: the tokenizer's limit, at most Wan's 512)
+                       ) -> WanPolicy:
         "Load Wan2.1-T2V (1.3B or 14B, Diffusers format) or a saved tiny twin."
         from diffusers import WanPipeline
         dev = pick_device(device); dt = pick_dtype(dtype, dev)
@@ -61,7 +63,7 @@ class WanPolicy:
         except (OSError, ValueError) as e:
             raise OSError(f"cannot load a Wan pipeline from {path!r}: download it first (huggingface-cli download "
                           f"Wan-AI/Wan2.1-T2V-1.3B-Diffusers --local-dir DIR) and pass DIR, or use tiny_wan() ({e})") from e
-        return cls(pipe, dev, dt, max_sequence_length)
+        return cls(pipe, dev, dt, max_sequence_length or min(512, pipe.tokenizer.model_max_length))
 
     @classmethod
     def tiny(cls, seed:int=0, device='cpu', **kw) -> WanPolicy:
@@ -71,9 +73,15 @@ class WanPolicy:
     @property
     def transformer(self): return self.pipe.transformer
 
+    @property
+    def vae_scale(self) -> tuple[int, int]:
+        "`(temporal, spatial)` compression of the VAE: (4, 8) for Wan2.1, (4, 4) for mini-Wan."
+        cfg = self.pipe.vae.config
+        return getattr(cfg, 'scale_factor_temporal', None) or 4, getattr(cfg, 'scale_factor_spatial', None) or 8
+
     def latent_shape(self, num_frames:int, H:int, W:int) -> tuple:
         "`(C, T, h, w)` of this model's latents for a video (frames 4k+1)."
-        return wan_latent_shape(num_frames, H, W, self.pipe.vae.config.z_dim)
+        return wan_latent_shape(num_frames, H, W, self.pipe.vae.config.z_dim, *self.vae_scale)
 
     @torch.no_grad()
     def encode(self, prompts:list[str]) -> torch.Tensor:
