@@ -20,8 +20,8 @@ from .splat import render
 __all__ = ['META_RUBRIC', 'compose_rewards', 'channel_mean_reward', 'target_image_reward', 'commanded_trajectory',
            'trajectory_to_dict', 'trajectory_from_dict', 'ReconCache', 's_recon', 's_traj', 'meta_view',
            'parse_meta_score', 's_meta', 'hpsv3_scorer', 'standin_quality_scorer', 'r_gen_reward', 'reward_3d',
-           'make_rewards', 'sim3_gaussians', 'consistency_rerender', 'consistency_eval', 'RewardServer',
-           'remote_reward', 'serve_main']
+           'make_rewards', 'sim3_gaussians', 'consistency_rerender', 'consistency_eval', 'dynamics_degree',
+           'RewardServer', 'remote_reward', 'serve_main']
 
 # %% ../nbs/08a_rewards.ipynb #2c3842de
 def compose_rewards(weights:dict[str, float], registry:dict): # {name: weight}; {name: reward fn}
@@ -276,6 +276,16 @@ def consistency_eval(videos, trajs, # float [F,3,H,W] videos and their commanded
         else: row |= dict(PSNR=math.nan, SSIM=math.nan, LPIPS=math.nan)
         rows.append(row)
     return pd.DataFrame(rows)
+
+# %% ../nbs/08a_rewards.ipynb #b275c3ef
+def dynamics_degree(video:torch.Tensor, rec) -> tuple[float, dict]: # [F,3,H,W] in [0,1]; its Reconstruction
+    "Mean absolute difference (grey levels) between frames 1.. and the rigid reconstruction at the video's tracked cameras; NaN with a reason when it cannot tell."
+    if not rec.ok: return math.nan, dict(reason=f"reconstruction failed: {rec.reason}")
+    cams = rec.video_c2w
+    if not torch.isfinite(cams).all(): return math.nan, dict(reason='camera tracking failed')
+    rr = rec.render(cams).to(video)
+    per_frame = (video - rr).abs().mean((1, 2, 3))*255
+    return float(per_frame[1:].mean()), dict(frame0=float(per_frame[0]))
 
 # %% ../nbs/08a_rewards.ipynb #19bb14f3
 def _encode_videos(videos:torch.Tensor) -> str: # [B,F,3,H,W] in [0,1]
