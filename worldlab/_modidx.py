@@ -57,6 +57,7 @@ d = { 'settings': {'branch': 'main', 'doc_baseurl': '/', 'doc_host': '', 'git_ur
                                'worldlab.core._cell_edges': ('core.html#_cell_edges', 'worldlab/core.py'),
                                'worldlab.core._color_scales': ('core.html#_color_scales', 'worldlab/core.py'),
                                'worldlab.core._draw_traces': ('core.html#_draw_traces', 'worldlab/core.py'),
+                               'worldlab.core._fit_pictures': ('core.html#_fit_pictures', 'worldlab/core.py'),
                                'worldlab.core._jsonable': ('core.html#_jsonable', 'worldlab/core.py'),
                                'worldlab.core._key_line': ('core.html#_key_line', 'worldlab/core.py'),
                                'worldlab.core._panel_axes': ('core.html#_panel_axes', 'worldlab/core.py'),

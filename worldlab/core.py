@@ -444,8 +444,11 @@ def _style_3d(ax, S:dict, points:list):
     ax.view_init(elev=math.degrees(math.atan2(ez, math.hypot(ex, ey))), azim=math.degrees(math.atan2(ey, ex)))
     ax.tick_params(labelsize=7)
     if S.get('aspectmode') == 'data' and points:
+        from matplotlib.ticker import MaxNLocator
         P = np.concatenate(points, 1); span = np.nanmax(P, 1) - np.nanmin(P, 1)
         ax.set_box_aspect(tuple(np.maximum(span, 0.05*span.max())))
+        for axis, sp in zip((ax.xaxis, ax.yaxis, ax.zaxis), span):     # a short axis gets few ticks
+            axis.set_major_locator(MaxNLocator(max(1, round(5*sp/span.max()))))
 
 # %% ../nbs/00_core.ipynb #fce919c0
 def _annotate(mfig, axes:dict, panels:dict, L:dict):
@@ -521,6 +524,15 @@ def _panel_axes(mfig, d:dict) -> tuple[dict, dict]:
     _share(axes, d['layout'], pictures)
     return panels, axes
 
+def _fit_pictures(mfig, axes:dict, L:dict, W:float):
+    "Without a layout height, size a figure of equal-aspect pictures to them instead of leaving bands of white."
+    pics = [ax for ax in axes.values() if getattr(ax, 'name', '') != '3d' and ax.get_aspect() == 1.0]
+    if L.get('height') or not pics or len(pics) != len(axes): return
+    gs = pics[0].get_subplotspec().get_gridspec()
+    ratio = max(abs(np.diff(ax.get_ylim())[0]/np.diff(ax.get_xlim())[0]) for ax in pics)
+    H = (W - 100)/gs.ncols*ratio*gs.nrows + 60 + 20*gs.nrows
+    mfig.set_size_inches(W/100, min(max(H, 150), 2000)/100)
+
 def _draw_traces(d:dict, axes:dict, cats:dict, scales:dict) -> tuple[dict, dict, dict]:
     "Draw every trace; return legend entries, colour-bar panels per colour scale and 3D points per scene."
     L, legend, bars, pts = d['layout'], {}, {}, {}
@@ -579,6 +591,7 @@ def figure_to_matplotlib(fig, # a plotly figure (or its dict)
         if scales[key][3]: mfig.colorbar(h, ax=axs, label=scales[key][2] or None, shrink=0.8)
     _annotate(mfig, axes, panels, L)
     _shapes(axes, L)
+    _fit_pictures(mfig, axes, L, W)
     show = L.get('showlegend')
     if legend and show is not False and (show or len(legend) > 1 or any(v[2] for v in legend.values())):
         lt = ((L.get('legend') or {}).get('title') or {}).get('text')
