@@ -451,8 +451,9 @@ def _style_3d(ax, S:dict, points:list):
             axis.set_major_locator(MaxNLocator(max(1, round(5*sp/span.max()))))
 
 # %% ../nbs/00_core.ipynb #fce919c0
-def _annotate(mfig, axes:dict, panels:dict, L:dict):
-    "Subplot and facet titles (paper annotations at a panel's edge) on their panels; other annotations as text."
+def _annotate(mfig, axes:dict, panels:dict, L:dict, W:float):
+    "Subplot and facet titles (paper annotations at a panel's edge) on their panels, wrapped to fit; others as text."
+    import textwrap
     for a in L.get('annotations') or []:
         text = plain_text(a.get('text'))
         if a.get('xref', 'x') != 'paper' or a.get('yref', 'y') != 'paper':
@@ -463,6 +464,7 @@ def _annotate(mfig, axes:dict, panels:dict, L:dict):
             if side and abs(x - dx[1]) < 0.05 and dy[0] <= y <= dy[1]:              # a facet_row label
                 axes[k].secondary_yaxis('right').set(yticks=[], ylabel=text); break
             if not side and dx[0] <= x <= dx[1] and abs(y - dy[1]) < 0.03:        # a subplot or facet_col title
+                text = '\n'.join(textwrap.wrap(text.replace('=', '= '), max(8, int((dx[1] - dx[0])*W/10)), break_long_words=False)).replace('= ', '=')
                 axes[k].set_title('\n'.join(filter(None, [axes[k].get_title(), text])), fontsize=9); break
         else: mfig.text(x, y, text, ha=a.get('xanchor') if a.get('xanchor') in ('left', 'right') else 'center', fontsize=9)
 
@@ -589,7 +591,7 @@ def figure_to_matplotlib(fig, # a plotly figure (or its dict)
                 if c: getattr(ax, f'set_{xy}ticks')(range(len(c)), list(c), **({'rotation': 30, 'ha': 'right'} if xy == 'x' and len(c) > 4 else {}))
     for key, (h, axs) in colorbars.items():
         if scales[key][3]: mfig.colorbar(h, ax=axs, label=scales[key][2] or None, shrink=0.8)
-    _annotate(mfig, axes, panels, L)
+    _annotate(mfig, axes, panels, L, W)
     _shapes(axes, L)
     _fit_pictures(mfig, axes, L, W)
     show = L.get('showlegend')
