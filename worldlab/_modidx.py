@@ -66,6 +66,7 @@ d = { 'settings': {'branch': 'main', 'doc_baseurl': '/', 'doc_host': '', 'git_ur
                                'worldlab.core._share': ('core.html#_share', 'worldlab/core.py'),
                                'worldlab.core._style_2d': ('core.html#_style_2d', 'worldlab/core.py'),
                                'worldlab.core._style_3d': ('core.html#_style_3d', 'worldlab/core.py'),
+                               'worldlab.core.category_ticks': ('core.html#category_ticks', 'worldlab/core.py'),
                                'worldlab.core.decode_arrays': ('core.html#decode_arrays', 'worldlab/core.py'),
                                'worldlab.core.decode_image_source': ('core.html#decode_image_source', 'worldlab/core.py'),
                                'worldlab.core.draw_bar': ('core.html#draw_bar', 'worldlab/core.py'),

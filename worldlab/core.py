@@ -17,9 +17,9 @@ import torch
 __all__ = ['PNG_RENDERERS', 'project_root', 'shared_dataset', 'parse_value', 'load_presets', 'load_preset', 'seed_everything',
            'pick_device', 'pick_dtype', 'to_float', 'to_uint8', 'write_video', 'read_video', 'make_run_id',
            'run_folder', 'save_json', 'mpl_color', 'mpl_cmap', 'plain_text', 'fill_template', 'decode_arrays',
-           'figure_panels', 'panel_grid', 'draw_scatter', 'draw_bar', 'decode_image_source', 'draw_image',
-           'draw_heatmap', 'scene_axes_map', 'draw_scatter3d', 'figure_to_matplotlib', 'figure_png', 'image_ink',
-           'figure_html', 'SavedFigure', 'save_figure']
+           'figure_panels', 'panel_grid', 'category_ticks', 'draw_scatter', 'draw_bar', 'decode_image_source',
+           'draw_image', 'draw_heatmap', 'scene_axes_map', 'draw_scatter3d', 'figure_to_matplotlib', 'figure_png',
+           'image_ink', 'figure_html', 'SavedFigure', 'save_figure']
 
 # %% ../nbs/00_core.ipynb #a90e2314
 def project_root(start:str|Path|None=None, # folder to start from (default: the current folder, then this file's)
@@ -306,6 +306,14 @@ def _positions(v, n:int, cats:dict) -> np.ndarray:
     for x in v: cats.setdefault(x, len(cats))
     return np.array([cats[x] for x in v], dtype=float)
 
+def category_ticks(ax, xy:str, labels:list):
+    "Category names as ticks: long names wrapped, x labels slanted when they would collide."
+    import textwrap
+    labels = ['\n'.join(textwrap.wrap(str(s), 25)) or str(s) for s in labels]
+    widest = max((max(map(len, s.split('\n'))) for s in labels), default=0)
+    slant = xy == 'x' and len(labels)*widest > 50
+    getattr(ax, f'set_{xy}ticks')(range(len(labels)), labels, **({'rotation': 30, 'ha': 'right'} if slant else {}))
+
 def draw_scatter(ax, t:dict, color, cats:dict): # matplotlib axes, a scatter trace dict, its default colour, {'x': {}, 'y': {}}
     "Lines and/or markers of one scatter trace, with its error bars; returns the legend handle."
     n = len(t['y'] if t.get('y') is not None else t['x'])
@@ -379,8 +387,8 @@ def draw_heatmap(ax, t:dict, cmap, norm, cats:dict, aspect:str='auto'): # cmap, 
     x0, x1, xl = _cell_edges(z.shape[1], t.get('x'), t.get('x0'), t.get('dx'), cats['x'])
     y0, y1, yl = _cell_edges(z.shape[0], t.get('y'), t.get('y0'), t.get('dy'), cats['y'])
     im = ax.imshow(z, origin='lower', extent=(x0, x1, y0, y1), cmap=cmap, norm=norm, aspect=aspect, interpolation='nearest')
-    if xl: ax.set_xticks(range(len(xl)), xl, rotation=45 if len(xl) > 3 else 0, ha='right' if len(xl) > 3 else 'center')
-    if yl: ax.set_yticks(range(len(yl)), yl)
+    if xl: category_ticks(ax, 'x', xl)
+    if yl: category_ticks(ax, 'y', yl)
     if t.get('texttemplate'):
         xs, ys = np.linspace(x0, x1, z.shape[1] + 1), np.linspace(y0, y1, z.shape[0] + 1)
         for i, j in zip(*np.nonzero(np.isfinite(z))):
@@ -588,7 +596,7 @@ def figure_to_matplotlib(fig, # a plotly figure (or its dict)
         _style_2d(ax, L, *k, any(t.get('type') == 'image' and (t.get('xaxis', 'x'), t.get('yaxis', 'y')) == k for t in d['data']))
         if not any(t.get('type') == 'heatmap' and (t.get('xaxis', 'x'), t.get('yaxis', 'y')) == k for t in d['data']):
             for xy, c in cats[k].items():
-                if c: getattr(ax, f'set_{xy}ticks')(range(len(c)), list(c), **({'rotation': 30, 'ha': 'right'} if xy == 'x' and len(c) > 4 else {}))
+                if c: category_ticks(ax, xy, list(c))
     for key, (h, axs) in colorbars.items():
         if scales[key][3]: mfig.colorbar(h, ax=axs, label=scales[key][2] or None, shrink=0.8)
     _annotate(mfig, axes, panels, L, W)
