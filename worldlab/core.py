@@ -18,8 +18,8 @@ __all__ = ['PNG_RENDERERS', 'project_root', 'shared_dataset', 'parse_value', 'lo
            'pick_device', 'pick_dtype', 'to_float', 'to_uint8', 'write_video', 'read_video', 'make_run_id',
            'run_folder', 'save_json', 'mpl_color', 'mpl_cmap', 'plain_text', 'fill_template', 'decode_arrays',
            'figure_panels', 'panel_grid', 'category_ticks', 'draw_scatter', 'draw_bar', 'decode_image_source',
-           'draw_image', 'draw_heatmap', 'scene_axes_map', 'draw_scatter3d', 'figure_to_matplotlib', 'figure_png',
-           'image_ink', 'figure_html', 'SavedFigure', 'save_figure']
+           'draw_image', 'draw_heatmap', 'scene_axes_map', 'draw_scatter3d', 'histograms_as_heatmaps',
+           'figure_to_matplotlib', 'figure_png', 'image_ink', 'figure_html', 'SavedFigure', 'save_figure']
 
 # %% ../nbs/00_core.ipynb #a90e2314
 def project_root(start:str|Path|None=None, # folder to start from (default: the current folder, then this file's)
@@ -311,7 +311,7 @@ def category_ticks(ax, xy:str, labels:list):
     import textwrap
     labels = ['\n'.join(textwrap.wrap(str(s), 25)) or str(s) for s in labels]
     widest = max((max(map(len, s.split('\n'))) for s in labels), default=0)
-    slant = xy == 'x' and len(labels)*widest > 50
+    slant = xy == 'x' and len(labels)*widest > 24
     getattr(ax, f'set_{xy}ticks')(range(len(labels)), labels, **({'rotation': 30, 'ha': 'right'} if slant else {}))
 
 def draw_scatter(ax, t:dict, color, cats:dict): # matplotlib axes, a scatter trace dict, its default colour, {'x': {}, 'y': {}}
@@ -491,6 +491,46 @@ def _shapes(axes:dict, L:dict):
             ax.add_patch(Rectangle((s['x0'], s['y0']), s['x1'] - s['x0'], s['y1'] - s['y0'], fill=False, **kw))
         else: raise NotImplementedError(f"no matplotlib rendering for the shape {s}; save the figure with png='kaleido' or png='off'")
 
+# %% ../nbs/00_core.ipynb #d9918509
+def _bin_axis(traces:list, ax:str):
+    "Category labels or numeric bin edges shared by the histogram2d traces of one bingroup, and each value's bin."
+    vals = [list(t.get(ax) if t.get(ax) is not None else []) for t in traces]
+    if any(len(v) and isinstance(v[0], str) for v in vals):
+        labels = list(dict.fromkeys(x for v in vals for x in v))
+        return labels, [np.array([labels.index(x) for x in v], dtype=int) for v in vals]
+    allv = np.concatenate([np.asarray(v, float) for v in vals]) if vals else np.zeros(0)
+    b = traces[0].get(f'{ax}bins') or {}
+    edges = (np.arange(b['start'], b['end'] + b['size'], b['size']) if {'start', 'end', 'size'} <= set(b) else
+             np.histogram_bin_edges(allv, bins=traces[0].get(f'nbins{ax}') or 'auto'))
+    centres = list((edges[:-1] + edges[1:])/2)
+    return centres, [np.clip(np.searchsorted(edges, np.asarray(v, float), side='right') - 1, 0, len(centres) - 1) for v in vals]
+
+def histograms_as_heatmaps(d:dict) -> dict: # a figure dict
+    "The figure with each histogram2d trace binned into a heatmap (bins shared per bingroup, as plotly does)."
+    hs = [t for t in d['data'] if t.get('type') == 'histogram2d']
+    if not hs: return d
+    for t in hs:
+        if t.get('histfunc', 'count') not in ('count', 'sum') or t.get('histnorm', '') not in ('', 'percent', 'probability'):
+            raise NotImplementedError(f"histogram2d with histfunc={t.get('histfunc')!r}, histnorm={t.get('histnorm')!r} is not drawn; "
+                                      "use png='kaleido' or png='off'")
+    out = {}
+    for ax in 'xy':
+        groups = {}
+        for t in hs: groups.setdefault(t.get(f'{ax}bingroup') or id(t), []).append(t)
+        for g in groups.values():
+            labels, idx = _bin_axis(g, ax)
+            for t, i in zip(g, idx): out.setdefault(id(t), {})[ax] = (labels, i)
+    data = []
+    for t in d['data']:
+        if t.get('type') != 'histogram2d': data.append(t); continue
+        (xl, xi), (yl, yi) = out[id(t)]['x'], out[id(t)]['y']
+        z = np.zeros((len(yl), len(xl)))
+        np.add.at(z, (yi, xi), np.asarray(t['z'], float) if t.get('histfunc') == 'sum' else 1.0)
+        if t.get('histnorm') == 'percent': z *= 100/max(z.sum(), 1e-12)
+        if t.get('histnorm') == 'probability': z /= max(z.sum(), 1e-12)
+        data.append({k: v for k, v in t.items() if k not in ('x', 'y', 'z')} | dict(type='heatmap', x=xl, y=yl, z=z))
+    return d | dict(data=data)
+
 # %% ../nbs/00_core.ipynb #c2f34e17
 def _color_scales(d:dict) -> dict:
     "Colour map, range, colour-bar title and visibility per coloraxis (or per heatmap trace): `{key: (...)}`."
@@ -520,7 +560,7 @@ def _share(axes:dict, L:dict, pictures:set):
             if m and m in first and first[m] is not ax: getattr(ax, share)(first[m])
 
 # %% ../nbs/00_core.ipynb #93007266
-_DRAWN = ('bar', 'heatmap', 'image', 'scatter', 'scatter3d', 'scattergl')
+_DRAWN = ('bar', 'heatmap', 'histogram2d', 'image', 'scatter', 'scatter3d', 'scattergl')
 
 def _panel_axes(mfig, d:dict) -> tuple[dict, dict]:
     "matplotlib axes for every panel of a figure dict, on the grid its domains describe."
@@ -586,6 +626,7 @@ def figure_to_matplotlib(fig, # a plotly figure (or its dict)
     bad = sorted({t.get('type', 'scatter') for t in d['data']} - set(_DRAWN))
     if bad: raise NotImplementedError(f"no matplotlib rendering for plotly {', '.join(bad)} traces (it draws {', '.join(_DRAWN)}); "
                                       "save this figure with png='kaleido' (needs Chrome) or png='off'")
+    d = histograms_as_heatmaps(d)
     W, H = width or L.get('width') or 700, height or L.get('height') or 500
     mfig = Figure(figsize=(W/100, H/100), dpi=100, layout='constrained')
     panels, axes = _panel_axes(mfig, d)
