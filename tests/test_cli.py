@@ -132,7 +132,7 @@ def test_ctrl_c_is_recorded_as_an_interrupted_run_in_one_line(tmp_path):
     out, err = p.communicate(timeout=600)
     assert p.returncode == 130, (out, err)
     lines = [l for l in err.splitlines() if l.strip()]
-    assert len(lines) == 1 and 'interrupted' in lines[0] and '--run-id r1' in lines[0], err
+    assert len(lines) == 1 and 'interrupted in cell 3' in lines[0] and '--run-id r1' in lines[0], err
     status = json.loads((d/'status.json').read_text())
     assert status['state'] == 'interrupted' and status['ok'] is False
     nb = json.loads((d/'sleepy.ipynb').read_text())
