@@ -384,6 +384,8 @@ d = { 'settings': {'branch': 'main', 'doc_baseurl': '/', 'doc_host': '', 'git_ur
                                 'worldlab.splat.save_ply': ('splat.html#save_ply', 'worldlab/splat.py'),
                                 'worldlab.splat.sh_basis': ('splat.html#sh_basis', 'worldlab/splat.py')},
             'worldlab.train': { 'worldlab.train.RunConfig': ('train.html#runconfig', 'worldlab/train.py'),
+                                'worldlab.train._HelpFormat': ('train.html#_helpformat', 'worldlab/train.py'),
+                                'worldlab.train._fields_help': ('train.html#_fields_help', 'worldlab/train.py'),
                                 'worldlab.train.build_rewards': ('train.html#build_rewards', 'worldlab/train.py'),
                                 'worldlab.train.load_prompt_sets': ('train.html#load_prompt_sets', 'worldlab/train.py'),
                                 'worldlab.train.main': ('train.html#main', 'worldlab/train.py'),
