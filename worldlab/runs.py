@@ -145,7 +145,7 @@ def prepare_run(name:str, # the run notebook's name
                 preset:str|None=None, # the preset's name, for the record
                 run_id:str|None=None, # a run to resume (default: a new run)
                 out_root:str|Path|None=None, # the outputs folder (default: `outputs_root()`)
-                force:bool=False, # run a finished run again in its folder
+                force:bool=False, # run a finished run again, or change its values, in its folder
                ) -> tuple[Path, dict]:
     "The run folder and its `params.json` record: a new run, or the unfinished (or forced) run `run_id`."
     root = Path(out_root) if out_root is not None else outputs_root()
@@ -153,16 +153,19 @@ def prepare_run(name:str, # the run notebook's name
     if rd is None or not (rd/'params.json').exists():
         rd = run_folder(name, run_id, root)
         return rd, dict(name=name, notebook=str(src), run_id=rd.name, cwd=os.getcwd(), preset=preset, given=given, parameters=values)
-    state, rec = run_state(rd), json.loads((rd/'params.json').read_text())
-    if state == 'done' and not force:
-        raise ValueError(f"run {name} --run-id {run_id} finished already ({rd}); pass --force to run it again in its "
-                         f"folder (work the notebook resumes is kept), or leave out --run-id for a new run")
-    old = rec['parameters']
-    differ = [f"{k}={old.get(k)!r} (now {v!r})" for k, v in given.items() if not _same(old.get(k), v)]
-    if differ: raise ValueError(f"run {name} --run-id {run_id} was started with {', '.join(differ)}; resume it with the "
-                                f"same values (or none), or leave out --run-id for a new run")
+    rec = json.loads((rd/'params.json').read_text())
+    old, done = rec['parameters'], run_state(rd) == 'done'
+    changed = {k: [old.get(k), v] for k, v in given.items() if not _same(old.get(k), v)}
+    if (done or changed) and not force:
+        why = ([f"finished already ({rd})"] if done else []) + \
+              ([f"was started with {', '.join(f'{k}={a!r} (now {b!r})' for k, (a, b) in changed.items())}"] if changed else [])
+        ways = (['resume it with the values it was started with (or none)'] if changed and not done else []) + \
+               [f"pass --force to run it{' again' if done else ''} in its folder{' with the new values' if changed else ''} "
+                "(work the notebook resumes is kept)", 'leave out --run-id for a new run']
+        raise ValueError(f"run {name} --run-id {run_id} {' and '.join(why)}; {', '.join(ways[:-1])}, or {ways[-1]}")
     cwd = rec.get('cwd') if Path(rec.get('cwd') or '/nonexistent').is_dir() else os.getcwd()
-    return rd, rec | dict(cwd=cwd, parameters={k: old.get(k, v) for k, v in values.items()})
+    params = {k: changed[k][1] if k in changed else old.get(k, v) for k, v in values.items()}
+    return rd, rec | dict(cwd=cwd, parameters=params, changed=rec.get('changed', []) + ([changed] if changed else []))
 
 # %% ../nbs/00a_runs.ipynb #5b66edd7
 def _papermill(src:Path, dest:Path, values:dict, cwd:str, progress:bool) -> str|None:
@@ -278,7 +281,7 @@ def _parser() -> argparse.ArgumentParser:
     r.add_argument('--out', help='outputs folder (default: <project>/outputs)')
     r.add_argument('--nbs', help='notebooks folder (default: <project>/nbs)')
     r.add_argument('--run-id', help='resume this unfinished run in its folder, with the values it was started with')
-    r.add_argument('--force', action='store_true', help='with --run-id: run a finished run again in its folder')
+    r.add_argument('--force', action='store_true', help='with --run-id: run a finished run again, or change its values, in its folder')
     r.add_argument('--quiet', action='store_true', help='no progress bar')
     p = sub.add_parser('presets', help='list presets, or show one')
     p.add_argument('name', nargs='?')

@@ -141,8 +141,10 @@ def _fields_help() -> str:
     from fastcore.docments import docments
     out = ["fields (-p NAME VALUE; the preset's values replace these defaults):"]
     for cls in (TrainConfig, RunConfig):
-        for k, d in docments(cls, full=True).items():
-            if k != 'return': out.append(f"  {k} = {d['default']!r}" + (f"  # {d['docment']}" if d['docment'] else ''))
+        notes = docments(cls)
+        for f in fields(cls):
+            default = f.default_factory() if f.default is dataclasses.MISSING else f.default
+            out.append(f"  {f.name} = {default!r}" + (f"  # {notes[f.name]}" if notes.get(f.name) else ''))
     return '\n'.join(out)
 
 class _HelpFormat(argparse.ArgumentDefaultsHelpFormatter, argparse.RawDescriptionHelpFormatter): pass
