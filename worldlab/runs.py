@@ -334,4 +334,5 @@ def main(argv:list[str]|None=None) -> int:
     except (KeyError, ValueError, FileNotFoundError) as e:
         print(f"worldlab: {e.args[0] if e.args else e}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt: print("worldlab: interrupted before the run started", file=sys.stderr); return 130
     return _report(a, res)
