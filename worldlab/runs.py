@@ -136,7 +136,9 @@ def run_state(run_dir:str|Path) -> str|None:
     st = json.loads(f.read_text())
     return st.get('state') or ('done' if st.get('ok') else 'failed')   # status files written before states existed
 
-def _same(a, b) -> bool: return json.dumps(a, sort_keys=True) == json.dumps(b, sort_keys=True)
+def _same(a, b) -> bool:
+    "Equal as JSON (a recorded list and a given tuple alike)."
+    return json.dumps(a, sort_keys=True) == json.dumps(b, sort_keys=True)
 
 def prepare_run(name:str, # the run notebook's name
                 src:Path, # the run notebook
@@ -226,7 +228,7 @@ def execute_run(name:str, # a run notebook name (see `list_runs`)
                 out_root:str|Path|None=None, # the outputs folder (default: `outputs_root()`)
                 run_id:str|None=None, # resume this run (default: a new one)
                 progress:bool=True, # papermill's progress bar
-                force:bool=False, # run a finished run again
+                force:bool=False, # run a finished run again, or change its values, in its folder
                ) -> RunResult:
     "Execute run notebook `name` with papermill into `outputs/<name>/<run-id>/`; failures and Ctrl-C are kept, not raised."
     runs = list_runs(nbs)
