@@ -16,8 +16,8 @@ def verdict(w):
 
 
 class Judge(BaseHTTPRequestHandler):
-    "Prefers video A, in a code fence with prose around it; counts requests and images."
-    calls, images = 0, []
+    "Prefers video A, in a code fence with prose around it (or, when `garbage`, prose only); counts requests and images."
+    calls, images, garbage = 0, [], False
     def log_message(self, *a): pass
     def do_POST(self):
         body = json.loads(self.rfile.read(int(self.headers['Content-Length'])))
@@ -25,6 +25,7 @@ class Judge(BaseHTTPRequestHandler):
         type(self).calls += 1
         type(self).images.append(sum(c['type'] == 'image_url' for c in content))
         text = 'Here is my review.\n```json\n' + json.dumps(verdict('A')) + '\n```'
+        if type(self).garbage: text = 'Both videos look fine to me.'
         data = json.dumps({'choices': [{'message': {'content': text}}]}).encode()
         self.send_response(200); self.send_header('Content-Type', 'application/json')
         self.send_header('Content-Length', str(len(data))); self.end_headers(); self.wfile.write(data)
@@ -47,7 +48,25 @@ def test_judge_pairs_over_http_then_resume(tmp_path):
         assert score['all']['action'] == 50.0                            # demo0 is labelled left, demo1 tie
         assert score['all']['action (non-tie)'] == 100.0
         r = subprocess.run(args, cwd=ROOT, capture_output=True, text=True, timeout=900)
+        assert r.returncode == 2 and '--force' in r.stderr, r.stderr       # a finished run is not run again by accident
+        r = subprocess.run(args + ['--force'], cwd=ROOT, capture_output=True, text=True, timeout=900)
         assert r.returncode == 0, r.stderr
         assert Judge.calls == 2                                          # resumed: accepted chunks are not asked again
+
+        bad = d/'demo'/'bad.jsonl'                                       # one malformed line among good ones
+        bad.write_text((d/'demo'/'pairs.jsonl').read_text() + '{"pair_id": "demo2", \n')
+        r = subprocess.run(args[:-5] + ['-p', 'pairs', str(bad), '--out', str(tmp_path), '--run-id', 'r2', '--quiet'],
+                           cwd=ROOT, capture_output=True, text=True, timeout=900)
+        assert r.returncode == 0, r.stderr
+        assert 'bad.jsonl:3' in r.stderr and 'skipped' in r.stderr, r.stderr   # said in the terminal ...
+        m = json.loads((tmp_path/'judge_pairs'/'r2'/'metrics.json').read_text())
+        assert m['pairs'] == 2 and len(m['pairs_skipped']) == 1 and 'bad.jsonl:3' in m['pairs_skipped'][0], m  # ... and kept
+
+        Judge.garbage = True                                             # no reply parses: nothing could be judged
+        r = subprocess.run(args[:-5] + ['--out', str(tmp_path), '--run-id', 'r3', '--quiet'],
+                           cwd=ROOT, capture_output=True, text=True, timeout=900)
+        assert r.returncode == 1 and 'no chunk could be judged' in r.stderr, r.stderr
+        m = json.loads((tmp_path/'judge_pairs'/'r3'/'metrics.json').read_text())
+        assert m['chunks_accepted'] == 0 and m['chunks_failed'] == 2, m
     finally:
-        server.shutdown()
+        server.shutdown(); Judge.garbage = False

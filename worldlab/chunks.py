@@ -71,6 +71,7 @@ def read_pairs(path:str|Path, base_dir:str|Path|None=None, # default: the JSONL'
     "Pairs from a JSONL file, and the errors (`file:line: ...`) of lines that could not be read."
     path = Path(path); base = Path(base_dir) if base_dir is not None else path.parent
     pairs, errors, seen = [], [], set()
+    if not path.is_file(): raise FileNotFoundError(f"no pairs file at {path.resolve()}")
     for i, line in enumerate(path.read_text(encoding='utf-8').splitlines(), 1):
         if not line.strip(): continue
         where = f"{path.name}:{i}"

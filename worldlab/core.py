@@ -5,21 +5,21 @@ device and dtype, video files, run folders, and figures saved as HTML and PNG.""
 
 # %% ../nbs/00_core.ipynb #440b570f
 from __future__ import annotations
-import configparser, json, math, os, random, re, secrets, tempfile, time
+import atexit, configparser, json, math, os, random, re, secrets, shutil, sys, tempfile, time
 from dataclasses import dataclass, field
 from fractions import Fraction
 from pathlib import Path
 
-import numpy as np
-import torch
+import numpy as np                  # torch is imported by the functions that use it: the command line starts without it
 
 # %% auto #0
 __all__ = ['PNG_RENDERERS', 'project_root', 'shared_dataset', 'parse_value', 'load_presets', 'load_preset', 'seed_everything',
            'pick_device', 'pick_dtype', 'to_float', 'to_uint8', 'write_video', 'read_video', 'make_run_id',
-           'run_folder', 'save_json', 'mpl_color', 'mpl_cmap', 'plain_text', 'fill_template', 'decode_arrays',
-           'figure_panels', 'panel_grid', 'category_ticks', 'draw_scatter', 'draw_bar', 'decode_image_source',
-           'draw_image', 'draw_heatmap', 'scene_axes_map', 'draw_scatter3d', 'histograms_as_heatmaps',
-           'figure_to_matplotlib', 'figure_png', 'image_ink', 'figure_html', 'SavedFigure', 'save_figure']
+           'use_temporary_outputs', 'outputs_root', 'run_folder', 'save_json', 'mpl_color', 'mpl_cmap', 'plain_text',
+           'fill_template', 'decode_arrays', 'figure_panels', 'panel_grid', 'category_ticks', 'draw_scatter',
+           'draw_bar', 'decode_image_source', 'draw_image', 'draw_heatmap', 'scene_axes_map', 'draw_scatter3d',
+           'histograms_as_heatmaps', 'figure_to_matplotlib', 'figure_png', 'image_ink', 'figure_html', 'SavedFigure',
+           'save_figure']
 
 # %% ../nbs/00_core.ipynb #a90e2314
 def project_root(start:str|Path|None=None, # folder to start from (default: the current folder, then this file's)
@@ -100,6 +100,7 @@ def load_preset(name:str, # a section of settings.ini, e.g. 'tiny'
 def seed_everything(seed:int, # one seed for python, numpy and torch
                    ) -> torch.Generator:
     "Seed python, numpy and torch; return a CPU `torch.Generator` seeded the same way."
+    import torch
     random.seed(seed); np.random.seed(seed % 2**32); torch.manual_seed(seed)
     return torch.Generator().manual_seed(seed)
 
@@ -107,6 +108,7 @@ def seed_everything(seed:int, # one seed for python, numpy and torch
 def pick_device(device:str|torch.device='auto', # 'auto', 'cpu', 'cuda', 'cuda:1', 'mps'
                ) -> torch.device:
     "The torch device to use; asking for CUDA where there is none is an error, never a silent CPU."
+    import torch
     if str(device) == 'auto': return torch.device('cuda' if torch.cuda.is_available() else 'cpu')
     d = torch.device(device)
     if d.type == 'cuda' and not torch.cuda.is_available():
@@ -116,27 +118,34 @@ def pick_device(device:str|torch.device='auto', # 'auto', 'cpu', 'cuda', 'cuda:1
         raise RuntimeError(f"device={device!r} was asked for but MPS is not available here")
     return d
 
-_DTYPES = {'fp32': torch.float32, 'float32': torch.float32, 'bf16': torch.bfloat16,
-           'bfloat16': torch.bfloat16, 'fp16': torch.float16, 'float16': torch.float16}
+_DTYPES = {'fp32': 'float32', 'float32': 'float32', 'bf16': 'bfloat16', 'bfloat16': 'bfloat16',
+           'fp16': 'float16', 'float16': 'float16'}   # names of torch dtypes
 
 def pick_dtype(dtype:str|torch.dtype='auto', # 'auto', 'fp32', 'bf16', 'fp16' or a torch dtype
                device:str|torch.device='cpu', # the device it will run on
               ) -> torch.dtype:
     "Model dtype: 'auto' is bf16 on a CUDA GPU and fp32 elsewhere."
+    import torch
     if isinstance(dtype, torch.dtype): return dtype
     if dtype == 'auto': return torch.bfloat16 if torch.device(device).type == 'cuda' else torch.float32
     if dtype not in _DTYPES: raise ValueError(f"dtype={dtype!r}; use one of auto, {', '.join(_DTYPES)}")
-    return _DTYPES[dtype]
+    return getattr(torch, _DTYPES[dtype])
 
 # %% ../nbs/00_core.ipynb #52ec79f1
+def _is_tensor(o) -> bool:
+    "Whether `o` is a torch tensor (torch is not imported to find out: no tensor exists before it is)."
+    return 'torch' in sys.modules and sys.modules['torch'].is_tensor(o)
+
 def to_float(video) -> torch.Tensor: # uint8 [...,F,H,W,3] (numpy or torch)
     "uint8 `[...,F,H,W,3]` frames to float32 `[...,F,3,H,W]` in [0,1]."
+    import torch
     v = torch.as_tensor(np.asarray(video) if not torch.is_tensor(video) else video)
     if v.dtype != torch.uint8: raise TypeError(f"expected uint8 frames [F,H,W,3], got {v.dtype}")
     return v.movedim(-1, -3).float() / 255
 
 def to_uint8(video:torch.Tensor) -> np.ndarray: # float [...,F,3,H,W] in [0,1]
     "float `[...,F,3,H,W]` in [0,1] to uint8 `[...,F,H,W,3]` numpy (clipped, rounded)."
+    import torch
     v = torch.as_tensor(video).detach().float().clamp(0, 1).mul(255).round().to(torch.uint8)
     return v.movedim(-3, -1).cpu().numpy()
 
@@ -148,7 +157,7 @@ def write_video(path:str|Path, # where to write (.mp4)
                ) -> Path:
     "Write uint8 frames to an H.264 mp4 with PyAV; the frame count and rate survive a round trip."
     import av
-    frames = np.asarray(frames.cpu() if torch.is_tensor(frames) else frames)
+    frames = np.asarray(frames.cpu() if _is_tensor(frames) else frames)
     if frames.dtype != np.uint8 or frames.ndim != 4 or frames.shape[-1] != 3:
         raise ValueError(f"frames must be uint8 [F,H,W,3]; got {frames.dtype} {tuple(frames.shape)}")
     if len(frames) == 0: raise ValueError("cannot write a video with no frames")
@@ -182,13 +191,26 @@ def make_run_id() -> str:
     "A sortable, unique run id: `YYYYmmdd-HHMMSS-xxxx`."
     return time.strftime('%Y%m%d-%H%M%S') + '-' + secrets.token_hex(2)
 
+def use_temporary_outputs(cells=None, # ignored: nbdev-test's `test_setup` hook passes the cells it will test
+                         ) -> Path:
+    "Send the run folders of this process and its children to a temporary folder, removed at exit."
+    d = tempfile.mkdtemp(prefix='worldlab-test-outputs-')
+    os.environ['WORLDLAB_OUTPUTS'] = d
+    atexit.register(shutil.rmtree, d, ignore_errors=True)
+    return Path(d)
+
+def outputs_root() -> Path:
+    "Where run folders go: `$WORLDLAB_OUTPUTS`, else `<project>/outputs`; under nbdev-test, a temporary folder."
+    if os.environ.get('IN_TEST') and not os.environ.get('WORLDLAB_OUTPUTS'): use_temporary_outputs()
+    if os.environ.get('WORLDLAB_OUTPUTS'): return Path(os.environ['WORLDLAB_OUTPUTS'])
+    return (project_root() or Path.cwd())/'outputs'
+
 def run_folder(name:str, # the run's name, e.g. 'walkthrough' or 'train'
                run_id:str|None=None, # reuse an id (resume); default: a new one
-               root:str|Path|None=None, # outputs folder (default: <project>/outputs)
+               root:str|Path|None=None, # outputs folder (default: `outputs_root()`)
               ) -> Path:
     "Create (or reopen) `outputs/<name>/<run_id>/` and return it."
-    root = Path(root) if root is not None else (project_root() or Path.cwd())/'outputs'
-    d = root/name/(run_id or make_run_id())
+    d = (Path(root) if root is not None else outputs_root())/name/(run_id or make_run_id())
     d.mkdir(parents=True, exist_ok=True)
     return d
 
@@ -197,7 +219,7 @@ def _jsonable(o):
     if isinstance(o, Path): return str(o)
     if isinstance(o, (np.generic,)): return o.item()
     if isinstance(o, np.ndarray): return o.tolist()
-    if torch.is_tensor(o): return o.tolist()
+    if _is_tensor(o): return o.tolist()
     raise TypeError(f"cannot write {type(o).__name__} to JSON")
 
 def save_json(obj, # anything JSON can hold, plus numpy/torch values and Paths
@@ -205,8 +227,10 @@ def save_json(obj, # anything JSON can hold, plus numpy/torch values and Paths
              ) -> Path:
     "Write `obj` as indented JSON atomically."
     path = Path(path); path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name, suffix='.tmp')
-    with os.fdopen(fd, 'w') as f: json.dump(obj, f, indent=2, default=_jsonable, allow_nan=True)
+    tmp = path.with_name(f'{path.name}.{secrets.token_hex(4)}.tmp')   # open() gives it the umask's mode, like any file
+    try:
+        with open(tmp, 'x') as f: json.dump(obj, f, indent=2, default=_jsonable, allow_nan=True)
+    except BaseException: tmp.unlink(missing_ok=True); raise
     os.replace(tmp, path)
     return path
 

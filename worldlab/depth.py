@@ -146,7 +146,7 @@ def load_depth_prior(path:str|Path|None=None, # a file from `save_depth_prior` (
     "The monocular depth prior for `recon`'s fit back-end (procedural worlds only: for real videos use DA3)."
     path = Path(path) if path else project_root()/PRIOR_FILE
     if not path.exists():
-        raise FileNotFoundError(f"no depth prior at {path}: run nbs/runs/train_depth_prior.ipynb "
+        raise FileNotFoundError(f"no depth prior at {path.resolve()}: run nbs/runs/train_depth_prior.ipynb "
                                 f"(worldlab run train_depth_prior) to make one, or pass the path of one")
     ck = torch.load(path, map_location='cpu', weights_only=True)
     net = DepthNet(ck['width'], ck['levels'])

@@ -92,10 +92,10 @@ def read_prompt_file(path:str|Path, split:str, name:str|None=None, # name used i
                      strict:bool=True, # raise on the first bad line; False: collect errors and go on
                     ) -> LoadReport:
     "Records from a one-prompt-per-line file."
-    path = Path(path); name = name or str(path)
+    path = Path(path); name = name or str(path.resolve())
     try: lines = path.read_bytes().split(b'\n')
-    except FileNotFoundError: raise FileNotFoundError(f"no prompt file at {path}") from None
-    if lines and lines[-1] == b'': lines = lines[:-1]
+    except FileNotFoundError: raise FileNotFoundError(f"no prompt file at {path.resolve()}") from None
+    while lines and not lines[-1].strip(): lines.pop()               # blank lines at the end are not prompts
     rep = LoadReport([])
     for i, raw in enumerate(lines, 1):
         where = f"{name}:{i}"
@@ -115,6 +115,10 @@ def read_prompt_file(path:str|Path, split:str, name:str|None=None, # name used i
         except ValueError as e:
             if strict: raise
             rep.errors.append(str(e))
+    if not rep.records and not rep.errors:
+        msg = f"{name}: no prompts in the file" + ('' if rep.skipped else ' (it is empty)')
+        if strict: raise ValueError(msg)
+        rep.errors.append(msg)
     return rep
 
 def load_world_r1(variant:str='final', # 'final' (short prompts) or 'enhanced' (long ones)

@@ -17,7 +17,7 @@ from .metrics import lpips_distance, load_lpips, s_traj as traj_score
 from .splat import render
 
 # %% auto #0
-__all__ = ['META_RUBRIC', 'compose_rewards', 'channel_mean_reward', 'target_image_reward', 'commanded_trajectory',
+__all__ = ['META_RUBRIC', 'REWARD_NAMES', 'compose_rewards', 'channel_mean_reward', 'target_image_reward', 'commanded_trajectory',
            'trajectory_to_dict', 'trajectory_from_dict', 'ReconCache', 's_recon', 's_traj', 'meta_view',
            'parse_meta_score', 's_meta', 'hpsv3_scorer', 'standin_quality_scorer', 'r_gen_reward', 'reward_3d',
            'make_rewards', 'sim3_gaussians', 'consistency_rerender', 'consistency_eval', 'dynamics_degree',
@@ -366,18 +366,23 @@ def remote_reward(url:str, name:str, timeout:float=600.0, retries:int=2, backoff
     return fn
 
 # %% ../nbs/08a_rewards.ipynb #e23fd179
+REWARD_NAMES = ('reward_3d', 's_recon', 's_traj', 's_meta', 'reward_general')   # what `make_rewards` can build
+
 def serve_main(argv=None):
     "`worldlab-rewards`: serve reward components over HTTP (run it in the environment that has the models)."
     import argparse
-    ap = argparse.ArgumentParser(prog='worldlab-rewards', description='Serve worldlab rewards over HTTP.')
-    ap.add_argument('--rewards', default='reward_3d,s_recon,s_traj', help='comma-separated names to serve')
-    ap.add_argument('--host', default='127.0.0.1'); ap.add_argument('--port', type=int, default=8765)
+    ap = argparse.ArgumentParser(prog='worldlab-rewards', description='Serve worldlab rewards over HTTP.',
+                                 formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    ap.add_argument('--rewards', default='reward_3d,s_recon,s_traj',
+                    help=f"comma-separated names to serve, of: {', '.join(REWARD_NAMES)} (reward_general needs --rgen)")
+    ap.add_argument('--host', default='127.0.0.1', help='address to listen on')
+    ap.add_argument('--port', type=int, default=8765, help='port to listen on')
     ap.add_argument('--recon', default='fit', help="reconstruction backend: fit (CPU) or da3 (GPU)")
     ap.add_argument('--lpips', default='imagenet', help="LPIPS trunk: imagenet, or random (plumbing only, labelled)")
     ap.add_argument('--rgen', default=None, help="hpsv3 or standin (labelled); needed to serve reward_general")
     ap.add_argument('--judge', default='', help="an OpenAI-compatible base URL for S_meta (e.g. a vllm serve endpoint)")
-    ap.add_argument('--judge-model', default='Qwen2.5-VL-7B-Instruct')
-    ap.add_argument('--device', default='cpu')
+    ap.add_argument('--judge-model', default='Qwen2.5-VL-7B-Instruct', help='the model name the judge endpoint serves')
+    ap.add_argument('--device', default='cpu', help='torch device of the reward models')
     ap.add_argument('--depth-prior', default=None, help="fit backend: a monocular depth prior, 'procedural' (procedural worlds only) or a file")
     a = ap.parse_args(argv)
     judge = None

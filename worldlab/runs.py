@@ -5,17 +5,15 @@ with presets from `settings.ini` and `-p key value` overrides."""
 
 # %% ../nbs/00a_runs.ipynb #dba18fc6
 from __future__ import annotations
-import argparse, json, re, sys, time
+import argparse, ast, io, json, os, re, signal, sys, threading, time, tokenize
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import nbformat
-
-from .core import load_preset, load_presets, parse_value, project_root, run_folder, save_json
+from .core import load_preset, load_presets, outputs_root, parse_value, project_root, run_folder, save_json
 
 # %% auto #0
-__all__ = ['RUN_FOLDERS', 'notebooks_dir', 'list_runs', 'run_parameters', 'resolve_params', 'RunResult', 'execute_run',
-           'render_readme', 'main']
+__all__ = ['RUN_FOLDERS', 'notebooks_dir', 'list_runs', 'run_parameters', 'resolve_params', 'param_problems', 'check_params',
+           'run_state', 'prepare_run', 'mark_interrupted', 'RunResult', 'execute_run', 'render_readme', 'main']
 
 # %% ../nbs/00a_runs.ipynb #016e7614
 RUN_FOLDERS = ('runs', 'tutorials')
@@ -43,22 +41,34 @@ def list_runs(nbs:str|Path|None=None) -> dict[str, Path]:
     return found
 
 # %% ../nbs/00a_runs.ipynb #57b01952
+def _parameters_source(path:Path) -> str:
+    "Source of the notebook's cell tagged `parameters` ('' when it has none)."
+    nb = json.loads(Path(path).read_text(encoding='utf-8'))
+    cell = next((c for c in nb['cells'] if 'parameters' in c.get('metadata', {}).get('tags', [])), None)
+    return ''.join(cell['source']) if cell else ''
+
 def run_parameters(path:str|Path) -> dict[str, dict]:
-    "The parameters a run notebook declares: `{name: {type, default, help}}`; an unreadable one is an error."
-    import ast, logging, papermill as pm
-    logging.getLogger('papermill').setLevel(logging.ERROR)
-    ps = pm.inspect_notebook(str(path))
-    nb = nbformat.read(path, as_version=4)
-    cell = next((c for c in nb.cells if 'parameters' in c.metadata.get('tags', [])), None)
-    declared = [t.id for n in ast.parse(cell.source).body if isinstance(n, (ast.Assign, ast.AnnAssign))
-                for t in (n.targets if isinstance(n, ast.Assign) else [n.target]) if isinstance(t, ast.Name)] if cell else []
-    lost = [n for n in declared if n not in ps]
-    if lost: raise ValueError(f"{Path(path).name}: papermill cannot read parameter(s) {lost}; keep each on one line as "
-                              f"`name: type = value  # comment` (an = sign in the comment confuses it)")
-    return {k: dict(type=v['inferred_type_name'], default=v['default'], help=v['help']) for k, v in ps.items()}
+    "The parameters a run notebook declares: `{name: {type, default, help, value}}`; an unreadable one is an error."
+    src, nb = _parameters_source(path), Path(path).name
+    try: body = ast.parse(src).body
+    except SyntaxError as e: raise ValueError(f"{nb}: the parameters cell does not parse (line {e.lineno}: {e.msg})") from None
+    helps = {t.start[0]: t.string.lstrip('#').strip() for t in tokenize.generate_tokens(io.StringIO(src).readline)
+             if t.type == tokenize.COMMENT}
+    out = {}
+    for n in body:
+        target = n.target if isinstance(n, ast.AnnAssign) else n.targets[0] if isinstance(n, ast.Assign) else None
+        if not isinstance(target, ast.Name) or n.value is None:
+            raise ValueError(f"{nb}: parameters cell line {n.lineno}: write one parameter a line, `name: type = value  # help`")
+        default = ast.get_source_segment(src, n.value)
+        try: value = ast.literal_eval(n.value)
+        except ValueError: raise ValueError(f"{nb}: parameter {target.id} = {default} is not a literal value; "
+                                             "write the value, and derive from it in the next cell") from None
+        out[target.id] = dict(type=ast.unparse(n.annotation) if isinstance(n, ast.AnnAssign) else 'None',
+                              default=default, help=helps.get(n.end_lineno, ''), value=value)
+    return out
 
 # %% ../nbs/00a_runs.ipynb #89057eaf
-_CASTS = {'int': int, 'float': float, 'str': str, 'bool': bool}
+_CASTS = {'int': int, 'float': float, 'str': str, 'bool': bool, 'dict': dict, 'list': list}
 
 def _coerce(name, value, declared, path):
     "`value` (already typed) made to fit the declared parameter type, or a clear error."
@@ -72,10 +82,11 @@ def resolve_params(path:str|Path, # the run notebook
                    params:dict|None=None, # overrides, e.g. from -p (strings are typed)
                    preset:str|None=None, # a settings.ini preset; only keys the notebook declares are used
                    presets_file:str|Path|None=None, # another settings.ini
+                   defaults:bool=True, # start from the notebook's defaults (False: only what preset and overrides set)
                   ) -> dict:
-    "The values to inject: preset values the notebook declares, then explicit overrides."
+    "Every parameter a run uses: the notebook's defaults, then the preset values it declares, then explicit overrides."
     declared = run_parameters(path)
-    out = {}
+    out = {k: v['value'] for k, v in declared.items()} if defaults else {}
     if preset is not None:
         for k, v in load_preset(preset, presets_file).items():
             if k in declared: out[k] = _coerce(k, v, declared[k]['type'], path)
@@ -86,44 +97,157 @@ def resolve_params(path:str|Path, # the run notebook
         out[k] = _coerce(k, parse_value(v) if isinstance(v, str) else v, declared[k]['type'], path)
     return out
 
+# %% ../nbs/00a_runs.ipynb #93c117a1
+_ALT = r'[\w.\-]+(?:\s*\([^)]*\))?'             # one valid value, maybe with a note: `init (paper)`
+
+def _choices(help:str) -> list[str]|None:
+    "The valid values of a comment that starts `a | b | c`, else None."
+    m = re.match(rf'\s*{_ALT}(?:\s*\|\s*{_ALT})+', help)
+    return re.findall(r'([\w.\-]+)(?:\s*\([^)]*\))?', m.group(0)) if m else None
+
+def _not_4k1(v) -> str|None:
+    "What to use instead of `v`, or None when it is a positive 4k+1."
+    if isinstance(v, int) and not isinstance(v, bool) and v >= 1:
+        return None if v % 4 == 1 else f"use {v - (v - 1) % 4} or {v - (v - 1) % 4 + 4}"
+    return "use a positive one: 1, 5, 9, ..."
+
+def param_problems(declared:dict, # `run_parameters` of a notebook
+                   values:dict, # the values a run would use
+                  ) -> list[str]:
+    "What breaks the contracts the parameters' comments declare (`4k+1`; `a | b | c`)."
+    out = []
+    for k, v in values.items():
+        note = declared.get(k, {}).get('help', '')
+        if re.search(r'\b4k\s*\+\s*1\b', note) and (fix := _not_4k1(v)): out.append(f"{k} = {v!r} is not 4k+1: {fix}")
+        if (ok := _choices(note)) and v not in ok: out.append(f"{k} = {v!r} is not one of {', '.join(ok)}")
+    return out
+
+def check_params(path:str|Path, # the run notebook
+                 values:dict, # the values a run would use
+                ):
+    "Raise when `values` break the notebook's declared contracts, naming every problem and the valid values."
+    if bad := param_problems(run_parameters(path), values): raise ValueError(f"{Path(path).name}: {'; '.join(bad)}")
+
 # %% ../nbs/00a_runs.ipynb #b1b0d017
+def run_state(run_dir:str|Path) -> str|None:
+    "How the run in `run_dir` stands: 'running' (or killed), 'done', 'failed', 'interrupted'; None if it never started."
+    f = Path(run_dir)/'status.json'
+    if not f.exists(): return None
+    st = json.loads(f.read_text())
+    return st.get('state') or ('done' if st.get('ok') else 'failed')   # status files written before states existed
+
+def _same(a, b) -> bool:
+    "Equal as JSON (a recorded list and a given tuple alike)."
+    return json.dumps(a, sort_keys=True) == json.dumps(b, sort_keys=True)
+
+def prepare_run(name:str, # the run notebook's name
+                src:Path, # the run notebook
+                values:dict, # every parameter, from `resolve_params`
+                given:dict, # the ones the caller set (preset and overrides)
+                preset:str|None=None, # the preset's name, for the record
+                run_id:str|None=None, # a run to resume (default: a new run)
+                out_root:str|Path|None=None, # the outputs folder (default: `outputs_root()`)
+                force:bool=False, # run a finished run again, or change its values, in its folder
+               ) -> tuple[Path, dict]:
+    "The run folder and its `params.json` record: a new run, or the unfinished (or forced) run `run_id`."
+    root = Path(out_root) if out_root is not None else outputs_root()
+    rd = root/name/run_id if run_id else None
+    if rd is None or not (rd/'params.json').exists():
+        rd = run_folder(name, run_id, root)
+        return rd, dict(name=name, notebook=str(src), run_id=rd.name, cwd=os.getcwd(), preset=preset, given=given, parameters=values)
+    rec = json.loads((rd/'params.json').read_text())
+    old, done = rec['parameters'], run_state(rd) == 'done'
+    changed = {k: [old.get(k), v] for k, v in given.items() if not _same(old.get(k), v)}
+    if (done or changed) and not force:
+        why = ([f"finished already ({rd})"] if done else []) + \
+              ([f"was started with {', '.join(f'{k}={a!r} (now {b!r})' for k, (a, b) in changed.items())}"] if changed else [])
+        ways = (['resume it with the values it was started with (or none)'] if changed and not done else []) + \
+               [f"pass --force to run it{' again' if done else ''} in its folder{' with the new values' if changed else ''} "
+                "(work the notebook resumes is kept)", 'leave out --run-id for a new run']
+        raise ValueError(f"run {name} --run-id {run_id} {' and '.join(why)}; {', '.join(ways[:-1])}, or {ways[-1]}")
+    cwd = rec.get('cwd') if Path(rec.get('cwd') or '/nonexistent').is_dir() else os.getcwd()
+    params = {k: changed[k][1] if k in changed else old.get(k, v) for k, v in values.items()}
+    return rd, rec | dict(cwd=cwd, parameters=params, changed=rec.get('changed', []) + ([changed] if changed else []))
+
+# %% ../nbs/00a_runs.ipynb #5b66edd7
+def _papermill(src:Path, dest:Path, values:dict, cwd:str, progress:bool) -> str|None:
+    "Execute `src` into `dest`; the error in one line, or None."
+    import papermill as pm
+    try: pm.execute_notebook(str(src), str(dest), parameters=values, cwd=cwd, kernel_name='python3', progress_bar=progress,
+                             report_mode=False, extra_arguments=['--IPKernelApp.log_level=CRITICAL'])  # the kernel's own log is noise here
+    except pm.PapermillExecutionError as e: return f"cell {e.exec_count}: {e.ename}: {e.evalue}"
+    except Exception as e: return f"{type(e).__name__}: {e}"  # kernel died, bad notebook JSON, ...
+    return None
+
+def mark_interrupted(nb_path:Path) -> int|None:
+    "Record a Ctrl-C in the partial notebook papermill left (it says no exception); the code cell it stopped in, from 1."
+    if not nb_path.exists(): return None
+    nb = json.loads(nb_path.read_text())
+    pm_of = lambda c: c.setdefault('metadata', {}).setdefault('papermill', {})
+    hit = lambda c: any(o.get('ename') == 'KeyboardInterrupt' for o in c.get('outputs', []))   # the kernel got Ctrl-C too
+    stopped = next((i for i, c in enumerate(nb['cells']) if pm_of(c).get('status') == 'running' or hit(c)), None)
+    if stopped is not None:
+        c = nb['cells'][stopped]
+        pm_of(c).update(status='failed', exception=True)
+        if not hit(c): c.setdefault('outputs', []).append(dict(output_type='error', ename='KeyboardInterrupt', evalue='', traceback=[]))
+        for c in nb['cells'][stopped + 1:]: pm_of(c)['status'] = 'pending'   # papermill marks them completed
+    nb.setdefault('metadata', {}).setdefault('papermill', {})['exception'] = True
+    nb_path.write_text(json.dumps(nb, indent=1))
+    return None if stopped is None else sum(c['cell_type'] == 'code' for c in nb['cells'][:stopped + 1])
+
+class _NoInterrupts:
+    "Ignore Ctrl-C while bookkeeping is written (main thread only)."
+    def __enter__(self):
+        self.old = signal.signal(signal.SIGINT, signal.SIG_IGN) if threading.current_thread() is threading.main_thread() else None
+    def __exit__(self, *exc):
+        if self.old is not None: signal.signal(signal.SIGINT, self.old)
+
+# %% ../nbs/00a_runs.ipynb #7370414c
 @dataclass
 class RunResult:
     "Where a run wrote, and how it ended."
     name: str
     run_dir: Path
-    ok: bool
+    state: str  # done, failed or interrupted
     error: str|None = None
     seconds: float = 0.0
     params: dict = field(default_factory=dict)
+    warnings: list = field(default_factory=list)  # what the notebook asked to be told (`warnings` in its metrics.json)
+    @property
+    def ok(self) -> bool: return self.state == 'done'
+
+def _warnings(run_dir:Path) -> list[str]:
+    "The `warnings` list a run notebook put in its `metrics.json`."
+    try: return [str(w) for w in json.loads((run_dir/'metrics.json').read_text()).get('warnings', [])]
+    except (OSError, ValueError, AttributeError): return []
 
 def execute_run(name:str, # a run notebook name (see `list_runs`)
                 params:dict|None=None, # parameter overrides
                 preset:str|None=None, # a settings.ini preset
                 nbs:str|Path|None=None, # the nbs/ folder (default: the checkout's)
-                out_root:str|Path|None=None, # the outputs folder (default: <project>/outputs)
-                run_id:str|None=None, # reuse a run id (default: a new one)
+                out_root:str|Path|None=None, # the outputs folder (default: `outputs_root()`)
+                run_id:str|None=None, # resume this run (default: a new one)
                 progress:bool=True, # papermill's progress bar
+                force:bool=False, # run a finished run again, or change its values, in its folder
                ) -> RunResult:
-    "Execute run notebook `name` with papermill into `outputs/<name>/<run-id>/`; failures are kept, not raised."
-    import papermill as pm
+    "Execute run notebook `name` with papermill into `outputs/<name>/<run-id>/`; failures and Ctrl-C are kept, not raised."
     runs = list_runs(nbs)
     if name not in runs: raise KeyError(f"no run notebook {name!r}; available: {', '.join(runs)}")
     src = runs[name]
-    values = resolve_params(src, params, preset)
-    rd = run_folder(name, run_id=run_id, root=out_root)
-    if 'run_dir' in run_parameters(src): values['run_dir'] = str(rd)
-    save_json(dict(name=name, notebook=str(src), preset=preset, parameters=values), rd/'params.json')
-    t0, err = time.time(), None
-    try:
-        pm.execute_notebook(str(src), str(rd/f'{name}.ipynb'), parameters=values, cwd=str(src.parent),
-                            kernel_name='python3', progress_bar=progress, report_mode=False)
-    except pm.PapermillExecutionError as e:
-        err = f"cell {e.exec_count}: {e.ename}: {e.evalue}"
-    except Exception as e:  # kernel died, bad notebook JSON, ...
-        err = f"{type(e).__name__}: {e}"
-    res = RunResult(name, rd, err is None, err, time.time()-t0, values)
-    save_json(dict(ok=res.ok, error=err, seconds=res.seconds), rd/'status.json')
+    values, given = resolve_params(src, params, preset), resolve_params(src, params, preset, defaults=False)
+    check_params(src, values)
+    rd, rec = prepare_run(name, src, values, given, preset, run_id, out_root, force)
+    if 'run_dir' in rec['parameters']: rec['parameters']['run_dir'] = str(rd)
+    save_json(rec, rd/'params.json')
+    t0, started = time.time(), time.strftime('%Y-%m-%dT%H:%M:%S')
+    save_json(dict(state='running', ok=False, pid=os.getpid(), started=started), rd/'status.json')
+    try: err = _papermill(src, rd/f'{name}.ipynb', rec['parameters'], rec['cwd'], progress); state = 'failed' if err else 'done'
+    except KeyboardInterrupt:
+        with _NoInterrupts():
+            cell = mark_interrupted(rd/f'{name}.ipynb')
+        err, state = 'interrupted' + (f' in cell {cell}' if cell is not None else ''), 'interrupted'
+    res = RunResult(name, rd, state, err, time.time() - t0, rec['parameters'], _warnings(rd))
+    with _NoInterrupts(): save_json(dict(state=state, ok=res.ok, error=err, started=started, seconds=res.seconds), rd/'status.json')
     return res
 
 # %% ../nbs/00a_runs.ipynb #733ca333
@@ -132,6 +256,7 @@ def _directives(src:str) -> set[str]:
 
 def render_readme(nb_path:str|Path) -> str:
     "Markdown for README.md from an index notebook."
+    import nbformat
     nb = nbformat.read(nb_path, as_version=4)
     parts = []
     for c in nb.cells:
@@ -157,7 +282,8 @@ def _parser() -> argparse.ArgumentParser:
     r.add_argument('--list', action='store_true', help='list run notebooks and their parameters')
     r.add_argument('--out', help='outputs folder (default: <project>/outputs)')
     r.add_argument('--nbs', help='notebooks folder (default: <project>/nbs)')
-    r.add_argument('--run-id', help='reuse a run id (resume into its folder)')
+    r.add_argument('--run-id', help='resume this unfinished run in its folder, with the values it was started with')
+    r.add_argument('--force', action='store_true', help='with --run-id: run a finished run again, or change its values, in its folder')
     r.add_argument('--quiet', action='store_true', help='no progress bar')
     p = sub.add_parser('presets', help='list presets, or show one')
     p.add_argument('name', nargs='?')
@@ -172,6 +298,19 @@ def _print_runs(nbs):
             print(f"    {k}: {v['type']} = {v['default']}" + (f"   # {v['help']}" if v['help'] else ''))
 
 # %% ../nbs/00a_runs.ipynb #e6720148
+def _report(a, res:RunResult) -> int:
+    "Say how a run ended, in a line or two; the exit status."
+    for w in res.warnings: print(f"{a.name}: warning: {w}", file=sys.stderr)
+    if res.ok:
+        print(f"{a.name}: done in {res.seconds:.1f}s -> {res.run_dir}")
+        return 0
+    if res.state == 'interrupted':
+        print(f"{a.name}: {res.error} after {res.seconds:.1f}s; partial results in {res.run_dir}; resume with "
+              f"`worldlab run {a.name} --run-id {res.run_dir.name}`", file=sys.stderr)
+        return 130
+    print(f"{a.name}: FAILED at {res.error}\n  partial notebook kept in {res.run_dir/(a.name + '.ipynb')}", file=sys.stderr)
+    return 1
+
 def main(argv:list[str]|None=None) -> int:
     "The `worldlab` command."
     a = _parser().parse_args(argv)
@@ -192,12 +331,10 @@ def main(argv:list[str]|None=None) -> int:
             return 0
         if a.list: _print_runs(a.nbs); return 0
         if not a.name: print("worldlab run: give a run name, or --list", file=sys.stderr); return 2
-        res = execute_run(a.name, dict(a.param), a.preset, a.nbs, a.out, a.run_id, progress=not a.quiet)
+        if a.force and not a.run_id: print("worldlab run: --force goes with --run-id ID", file=sys.stderr); return 2
+        res = execute_run(a.name, dict(a.param), a.preset, a.nbs, a.out, a.run_id, progress=not a.quiet, force=a.force)
     except (KeyError, ValueError, FileNotFoundError) as e:
         print(f"worldlab: {e.args[0] if e.args else e}", file=sys.stderr)
         return 2
-    if res.ok:
-        print(f"{a.name}: done in {res.seconds:.1f}s -> {res.run_dir}")
-        return 0
-    print(f"{a.name}: FAILED at {res.error}\n  partial notebook kept in {res.run_dir/(a.name + '.ipynb')}", file=sys.stderr)
-    return 1
+    except KeyboardInterrupt: print("worldlab: interrupted before the run started", file=sys.stderr); return 130
+    return _report(a, res)

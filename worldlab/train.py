@@ -136,16 +136,30 @@ def plot_training(hist:pd.DataFrame):
     return fig.update_yaxes(matches=None)
 
 # %% ../nbs/13_train.ipynb #6d4504cd
+def _fields_help() -> str:
+    "The fields `-p` sets, with their defaults and comments, for `worldlab-train --help`."
+    from fastcore.docments import docments
+    out = ["fields (-p NAME VALUE; the preset's values replace these defaults):"]
+    for cls in (TrainConfig, RunConfig):
+        notes = docments(cls)
+        for f in fields(cls):
+            default = f.default_factory() if f.default is dataclasses.MISSING else f.default
+            out.append(f"  {f.name} = {default!r}" + (f"  # {notes[f.name]}" if notes.get(f.name) else ''))
+    return '\n'.join(out)
+
+class _HelpFormat(argparse.ArgumentDefaultsHelpFormatter, argparse.RawDescriptionHelpFormatter): pass
+
 def main(argv=None):
     "`worldlab-train --preset P [-p key value ...] --run-dir D`: one training run, on as many processes as launched."
-    ap = argparse.ArgumentParser(prog='worldlab-train', description='Flow-GRPO training (launch with accelerate or torchrun for many processes).')
+    ap = argparse.ArgumentParser(prog='worldlab-train', description='Flow-GRPO training (launch with accelerate or torchrun for many processes).',
+                                 epilog=_fields_help(), formatter_class=_HelpFormat)
     ap.add_argument('--preset', default='tiny', help='a settings.ini preset (tiny, wan2.1-1.3b, wan2.1-14b)')
-    ap.add_argument('-p', '--param', nargs=2, action='append', default=[], metavar=('KEY', 'VALUE'), help='override a field')
+    ap.add_argument('-p', '--param', nargs=2, action='append', default=[], metavar=('KEY', 'VALUE'), help='override a field (see below)')
     ap.add_argument('--run-dir', required=True, help='the run folder (re-using it resumes)')
-    ap.add_argument('--quiet', action='store_true')
+    ap.add_argument('--quiet', action='store_true', help='no progress bar')
     a = ap.parse_args(argv)
-    params = preset_params(a.preset)
-    params |= {k: parse_value(v) for k, v in a.param}
+    try: params = preset_params(a.preset) | {k: parse_value(v) for k, v in a.param}
+    except (KeyError, ValueError) as e: ap.exit(2, f"worldlab-train: {e.args[0] if e.args else e}\n")
     try: hist = train(params, a.run_dir, progress=not a.quiet)
     except ValueError as e: ap.exit(2, f"worldlab-train: {e}\n")
     if len(hist): print(hist.tail(1).to_string(index=False))
