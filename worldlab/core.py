@@ -70,22 +70,27 @@ def _key_line(path:Path, section:str, key:str) -> int|None:
 
 def load_presets(path:str|Path|None=None, # an INI file (default: the project's settings.ini)
                 ) -> dict[str, dict]:
-    "Every preset in `path` as `{name: {key: typed value}}`; `[DEFAULT]` keys are inherited."
+    "Every preset in `path` as `{name: {key: typed value}}`: `[DEFAULT]`, then the preset it `inherit`s from, then its own keys."
     path = Path(path) if path is not None else (project_root() or Path.cwd())/'settings.ini'
     if not path.exists(): raise FileNotFoundError(f"No presets file at {path}: pass the path to a settings.ini")
-    cp = configparser.ConfigParser(interpolation=None, inline_comment_prefixes=('#', ';'))
+    cp = configparser.ConfigParser(interpolation=None, inline_comment_prefixes=('#', ';'), default_section='\0')   # [DEFAULT] as a plain section
     try: cp.read(path)
     except configparser.Error as e: raise ValueError(f"{path}: {e}") from None
-    presets = {}
-    for sec in cp.sections():
-        vals = {}
-        for k, v in cp[sec].items():
-            try: vals[k] = parse_value(v)
-            except ValueError as e:
-                line = _key_line(path, sec, k)
-                raise ValueError(f"{path}:{line}: [{sec}] {k} = {v!r} is not valid JSON ({e})") from None
-        presets[sec] = vals
-    return presets
+    own = {sec: dict(cp[sec]) for sec in cp.sections()}
+    defaults = own.pop('DEFAULT', {})
+    def typed(sec, k, v):
+        try: return parse_value(v)
+        except ValueError as e:
+            raise ValueError(f"{path}:{_key_line(path, sec, k)}: [{sec}] {k} = {v!r} is not valid JSON ({e})") from None
+    def resolve(sec, chain=()):
+        if sec in chain: raise ValueError(f"{path}: presets inherit in a circle: {' -> '.join(chain + (sec,))}")
+        parent = own[sec].get('inherit')
+        if parent is not None and parent not in own:
+            raise ValueError(f"{path}:{_key_line(path, sec, 'inherit')}: [{sec}] inherits from {parent!r}, which is not a preset; "
+                             f"available: {', '.join(own)}")
+        base = resolve(parent, chain + (sec,)) if parent else {k: typed('DEFAULT', k, v) for k, v in defaults.items()}
+        return base | {k: typed(sec, k, v) for k, v in own[sec].items() if k != 'inherit'}
+    return {sec: resolve(sec) for sec in own}
 
 def load_preset(name:str, # a section of settings.ini, e.g. 'tiny'
                 path:str|Path|None=None, # the INI file (default: the project's settings.ini)

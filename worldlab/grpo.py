@@ -180,7 +180,7 @@ class Trainer:
         g = torch.Generator().manual_seed(_seed(c.seed, self.step, gidx, 1))
         plain = torch.randn(G, *shape, generator=g)
         traj = trajectory_from_prompt(prompt, c.num_frames, c.height, c.width)
-        if c.injection == 'none' or traj.note == NO_CAMERA_PHRASE: return plain, None
+        if c.injection in ('none', None) or traj.note == NO_CAMERA_PHRASE: return plain, None   # settings.ini reads `none` as None
         warped = torch.stack([camera_noise(traj, shape[0], *self.policy.vae_scale, method=c.warp_method, degradation=c.noise_degradation, generator=g)
                               for _ in range(G)])
         if c.injection == 'init': return inject_init(plain, warped), None
@@ -309,6 +309,18 @@ class Trainer:
             self.ema = [_like(e, p) for e, p in zip(st['ema'], self.params)]
         self.step, self.pos = st['step'], dict(st['pos'])
         torch.set_rng_state(st['rng']['torch']); np.random.set_state(st['rng']['numpy']); random.setstate(st['rng']['python'])
+
+    @contextlib.contextmanager
+    def ema_weights(self):
+        "Inside the block the adapter holds its EMA weights (unchanged without EMA); the trained ones come back after."
+        if self.ema is None: yield self; return
+        kept = [p.detach().clone() for p in self.params]
+        with torch.no_grad():
+            for p, e in zip(self.params, self.ema): p.copy_(e)
+        try: yield self
+        finally:
+            with torch.no_grad():
+                for p, k in zip(self.params, kept): p.copy_(k)
 
     def fit(self, steps:int, checkpoint_every:int=1, log=None, progress:bool=True) -> list[dict]:
         "Train until `steps` steps are done (resuming from `run_dir/checkpoint.pt` when present); metrics per step."

@@ -229,11 +229,13 @@ def reward_3d(cache:ReconCache, lpips_model=None, judge=None, # judge: None leav
     return lambda videos, prompts, metas: _per_video(videos, prompts, metas, one)
 
 def make_rewards(recon_backend:str='fit', lpips:str='imagenet', judge=None, rgen:str|None=None, # rgen: 'hpsv3', 'standin' or None
-                 first_k:int=4, device:str='cpu', recon_opts:dict|None=None, cache:ReconCache|None=None, **kw) -> dict:
+                 first_k:int=4, device:str='cpu', recon_opts:dict|None=None, cache:ReconCache|None=None,
+                 parts:dict|None=None, # R_3D's components (None: World-R1's s_meta + s_recon + s_traj)
+                 **kw) -> dict:
     "The reward registry World-R1 trains with: s_recon, s_traj, s_meta, reward_3d and (with `rgen`) reward_general."
     cache = cache or ReconCache(recon_backend, **(recon_opts or {}))
     lp = load_lpips(lpips, device)
-    out = {'reward_3d': reward_3d(cache, lp, judge, **kw),
+    out = {'reward_3d': reward_3d(cache, lp, judge, parts=parts, **kw),
            's_recon': reward_3d(cache, lp, judge, parts=dict(s_recon=1.0), **kw),
            's_traj': reward_3d(cache, lp, judge, parts=dict(s_traj=1.0), **kw),
            's_meta': reward_3d(cache, lp, judge, parts=dict(s_meta=1.0), **kw)}

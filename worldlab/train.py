@@ -7,7 +7,7 @@ trainer, its log and curves. The `train` run notebook calls it in one process; `
 # %% ../nbs/13_train.ipynb #57bf688c
 from __future__ import annotations
 import argparse, dataclasses, json, random, sys, time
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 
 import pandas as pd
@@ -18,24 +18,27 @@ from .grpo import Trainer, TrainConfig
 from .rewards import channel_mean_reward
 
 # %% auto #0
-__all__ = ['RunConfig', 'preset_params', 'split_params', 'load_prompt_sets', 'simple_rewards', 'build_rewards', 'train',
-           'write_sample', 'plot_training', 'main']
+__all__ = ['RunConfig', 'preset_params', 'split_params', 'load_prompt_sets', 'simple_rewards', 'build_rewards', 'load_policy',
+           'make_trainer', 'train', 'write_sample', 'plot_training', 'main']
 
 # %% ../nbs/13_train.ipynb #1cf57864
 @dataclass
 class RunConfig:
     "What a training run uses, beside the algorithm's `TrainConfig`."
-    model:str = 'tiny'               # tiny (built offline) or a Diffusers-format Wan2.1 T2V folder / hub id
+    model:str = 'tiny'               # tiny (built offline), mini (the shipped mini-Wan) or a Diffusers-format Wan2.1 T2V folder / hub id
     device:str = 'cpu'
     dtype:str = 'fp32'
-    prompts:str = 'final'            # World-R1 prompt set variant (final or enhanced), or a .txt file (one prompt per line)
+    prompts:str = 'final'            # World-R1 prompt set variant (final or enhanced), mini (corpus-style captions), or a .txt file
+    dynamic_subset:int = 0           # prompts kept in the dynamic subset (0: all of the set's dynamic prompts)
     steps:int = 3                    # GRPO steps in total (a resumed run continues up to it)
     checkpoint_every:int = 1
     sample_every:int = 0             # write a sample video every n steps (0: never)
     reward_url:str = ''              # a worldlab-rewards service for the weighted rewards ('' : in process)
     recon:str = 'fit'                # in-process 3D reward: reconstruction backend (fit on CPU, da3 on GPU)
     lpips:str = 'imagenet'           # in-process S_recon: LPIPS trunk (random only for plumbing runs, labelled)
-    rgen:str = ''                    # in-process R_gen: hpsv3 or standin ('' : not available)
+    rgen:str = ''                    # in-process R_gen: hpsv3, standin, or mini (base mini-Wan's denoising likelihood) ('' : not available)
+    recon_opts:dict = field(default_factory=dict)   # in-process 3D reward: options of recon.reconstruct (FitConfig fields, depth_prior)
+    r3d_parts:dict = field(default_factory=dict)    # R_3D's components and weights ({}: World-R1's s_meta + s_recon + s_traj)
     judge_url:str = ''               # in-process S_meta: an OpenAI-compatible VLM endpoint ('' : S_meta cannot score)
 
 def preset_params(preset:str) -> dict:
@@ -55,9 +58,13 @@ def split_params(params:dict) -> tuple[TrainConfig, RunConfig]:
 
 # %% ../nbs/13_train.ipynb #b095a7af
 def load_prompt_sets(spec:str, seed:int=0) -> tuple[list[str], list[str]]:
-    "Main and dynamic prompt lists, shuffled by `seed`: a World-R1 variant (else the shipped worldlab-v1 set) or a text file."
+    "Main and dynamic prompt lists, shuffled by `seed`: a World-R1 variant (else the shipped worldlab-v1 set), mini captions or a text file."
     from worldlab.prompts import load_world_r1, read_prompt_file
-    if spec in ('final', 'enhanced'):
+    if spec == 'mini':
+        from worldlab.miniwan import mini_prompts
+        mp = mini_prompts()
+        main, dyn = mp['main'], mp['dynamic']
+    elif spec in ('final', 'enhanced'):
         try:
             recs = load_world_r1(spec).records
             main, dyn = [r.text for r in recs if r.split == 'train'], [r.text for r in recs if r.split == 'dynamic']
@@ -79,7 +86,7 @@ def simple_rewards() -> dict:
         out['-' + name] = (lambda f: (lambda v, p, m: (-f(v, p, m)[0], {})))(channel_mean_reward(i))
     return out
 
-def build_rewards(weights:dict, rc:RunConfig) -> dict:
+def build_rewards(weights:dict, rc:RunConfig, policy=None) -> dict: # policy: for rgen='mini'
     "The registry for the weighted names: simple rewards, a reward service, or the in-process 3D reward."
     reg = simple_rewards()
     want = [k for k in weights if k not in reg]
@@ -92,23 +99,46 @@ def build_rewards(weights:dict, rc:RunConfig) -> dict:
     if rc.judge_url:
         from worldlab.judge import OpenAIBackend
         judge = OpenAIBackend(rc.judge_url)
-    heavy = make_rewards(rc.recon, rc.lpips, judge, rc.rgen or None, device=rc.device)
+    mini = rc.rgen == 'mini'
+    if mini and policy is None: raise ValueError("rgen='mini' scores with the base mini-Wan: pass the policy")
+    heavy = make_rewards(rc.recon, rc.lpips, judge, None if mini else (rc.rgen or None), device=rc.device,
+                         recon_opts=dict(rc.recon_opts), parts=dict(rc.r3d_parts) or None)
+    if mini:
+        from worldlab.miniwan import denoising_quality
+        heavy['reward_general'] = denoising_quality(policy)
     missing = [k for k in want if k not in heavy]
     if missing: raise ValueError(f"rewards {missing} are not available: known {sorted(reg | heavy)} "
                                  "(reward_general needs rgen=hpsv3 or a reward_url service)")
     return reg | heavy
 
 # %% ../nbs/13_train.ipynb #a52a6970
-def train(params:dict, # TrainConfig and RunConfig fields, e.g. load_preset('tiny') | overrides
-          run_dir:str|Path, progress:bool=True) -> pd.DataFrame:
-    "Train (resuming from `run_dir/checkpoint.pt` when present), log a row per step to `metrics.csv`; the history."
+def load_policy(rc:RunConfig):
+    "The run's policy: the tiny twin, the shipped mini-Wan, or a Wan2.1 checkpoint."
     from worldlab.policy import WanPolicy
+    if rc.model == 'tiny': return WanPolicy.tiny(seed=0, device=rc.device)
+    if rc.model == 'mini':
+        from worldlab.miniwan import load_mini_wan
+        return load_mini_wan(device=rc.device)
+    return WanPolicy.from_pretrained(rc.model, rc.device, rc.dtype)
+
+def make_trainer(params:dict, run_dir:str|Path) -> Trainer:
+    "The trainer of a run (policy, prompts, rewards), not yet trained; `trainer.run_config` holds the RunConfig."
     tc, rc = split_params(params)
     run_dir = Path(run_dir); run_dir.mkdir(parents=True, exist_ok=True)
     seed_everything(tc.seed)
-    policy = WanPolicy.tiny(seed=0, device=rc.device) if rc.model == 'tiny' else WanPolicy.from_pretrained(rc.model, rc.device, rc.dtype)
+    policy = load_policy(rc)
     main_p, dyn_p = load_prompt_sets(rc.prompts, tc.seed)
-    trainer = Trainer(policy, tc, build_rewards(tc.reward_weights, rc), main_p, dyn_p, run_dir=run_dir)
+    if rc.dynamic_subset: dyn_p = dyn_p[:rc.dynamic_subset]
+    trainer = Trainer(policy, tc, build_rewards(tc.reward_weights, rc, policy), main_p, dyn_p, run_dir=run_dir)
+    trainer.run_config = rc
+    return trainer
+
+def train(params:dict, # TrainConfig and RunConfig fields, e.g. load_preset('tiny') | overrides
+          run_dir:str|Path, progress:bool=True, trainer:Trainer|None=None) -> pd.DataFrame:
+    "Train (resuming from `run_dir/checkpoint.pt` when present), log a row per step to `metrics.csv`; the history."
+    trainer = trainer or make_trainer(params, run_dir)
+    tc, rc, policy, run_dir = trainer.cfg, trainer.run_config, trainer.policy, Path(run_dir)
+    main_p, dyn_p = trainer.prompts['main'], trainer.prompts['dynamic']
     log_path = run_dir/'metrics.csv'
     if trainer.acc.is_main_process:
         save_json(dict(train=dataclasses.asdict(tc), run=dataclasses.asdict(rc), prompts=dict(main=len(main_p), dynamic=len(dyn_p)),
