@@ -173,11 +173,13 @@ class Trainer:
         self.pos[phase] += self.cfg.prompts_per_batch
         return phase, out
 
-    def initial_noise(self, prompt:str, gidx:int) -> tuple[torch.Tensor, object]:
-        "Initial latents [G,...] for one group, and the stepwise-delta injector (or None)."
-        c, G = self.cfg, self.cfg.group_size
+    def initial_noise(self, prompt:str, gidx:int, n:int|None=None, # videos (default: the group size)
+                      seed:int|None=None, # default: from the run's seed, the step and the group
+                     ) -> tuple[torch.Tensor, object]:
+        "Initial latents [n,...] for one group, and the stepwise-delta injector (or None)."
+        c, G = self.cfg, n or self.cfg.group_size
         shape = self.policy.latent_shape(c.num_frames, c.height, c.width)
-        g = torch.Generator().manual_seed(_seed(c.seed, self.step, gidx, 1))
+        g = torch.Generator().manual_seed(_seed(c.seed, self.step, gidx, 1) if seed is None else seed)
         plain = torch.randn(G, *shape, generator=g)
         traj = trajectory_from_prompt(prompt, c.num_frames, c.height, c.width)
         if c.injection in ('none', None) or traj.note == NO_CAMERA_PHRASE: return plain, None   # settings.ini reads `none` as None

@@ -145,16 +145,18 @@ def train(params:dict, # TrainConfig and RunConfig fields, e.g. load_preset('tin
                        processes=trainer.acc.num_processes, sharded=trainer.sharded), run_dir/'config.json')
     def log(m):
         pd.DataFrame([m]).to_csv(log_path, mode='a', header=not log_path.exists(), index=False)
-        if rc.sample_every and m['step'] % rc.sample_every == 0: write_sample(policy, main_p[0], tc, run_dir/f"sample_{m['step']:05d}.mp4")
+        if rc.sample_every and m['step'] % rc.sample_every == 0: write_sample(trainer, main_p[0], run_dir/f"sample_{m['step']:05d}.mp4")
     trainer.fit(rc.steps, rc.checkpoint_every, log=log, progress=progress)
     return pd.read_csv(log_path).drop_duplicates('step', keep='last') if log_path.exists() else pd.DataFrame()
 
-def write_sample(policy, prompt:str, tc:TrainConfig, path:Path):
-    "One ODE sample of `prompt` from a fixed noise, as an mp4 (to watch training progress)."
+def write_sample(trainer:Trainer, prompt:str, path:Path):
+    "One ODE sample of `prompt` from the trainer's camera noise (fixed seed, its injection and guidance), as an mp4."
     from worldlab.sampler import sample
+    policy, tc = trainer.policy, trainer.cfg
     with torch.no_grad():
-        x0 = torch.randn(1, *policy.latent_shape(tc.num_frames, tc.height, tc.width), generator=torch.Generator().manual_seed(tc.seed))
-        v = sample(policy, policy.encode([prompt]), x0.to(policy.device), tc.num_steps, noise_level=0.0).video[0]
+        x0, inject = trainer.initial_noise(prompt, 0, n=1, seed=tc.seed)       # the same noise at every step: progress is comparable
+        v = sample(policy, policy.encode([prompt]), x0.to(policy.device), tc.num_steps, tc.guidance_scale, trainer.neg,
+                   noise_level=0.0, inject=inject).video[0]
     write_video(path, to_uint8(v.float().cpu()), fps=8)
 
 def plot_training(hist:pd.DataFrame):
