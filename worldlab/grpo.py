@@ -25,21 +25,31 @@ from .rewards import channel_mean_reward, compose_rewards, target_image_reward
 # %% ../nbs/12_grpo.ipynb #489363ce
 def group_advantages(rewards:torch.Tensor, # [N] rewards (NaN: could not score)
                      groups:list, # [N] group id (the prompt) of each sample
-                     per_prompt_std:bool=True, clip:float=5.0, eps:float=1e-4, zero_std_tol:float=1e-8) -> dict:
+                     per_prompt_std:bool=True, clip:float=5.0, eps:float=1e-4, zero_std_tol:float=1e-8,
+                     ddof:int=1, # std correction: 1 unbiased (worldlab) | 0 population (Flow-GRPO and World-R1 releases)
+                     mean:str='group', # group | batch: the batch's mean and std (the release without per-prompt tracking)
+                     zero_std:str='mask', # mask: leave zero-std groups out | keep: zero advantage, still counted (release)
+                    ) -> dict:
     "Advantages [N], a mask of usable samples [N], and counts of what was dropped and why."
+    if mean not in ('group', 'batch') or zero_std not in ('mask', 'keep'):
+        raise ValueError(f"mean must be 'group' or 'batch' and zero_std 'mask' or 'keep'; got {mean!r}, {zero_std!r}")
     r = torch.as_tensor(rewards, dtype=torch.float64)
     ok = ~torch.isnan(r)
     adv, mask = torch.zeros_like(r), torch.zeros_like(r, dtype=torch.bool)
-    gstd = r[ok].std() if ok.sum() > 1 else torch.tensor(0.0, dtype=torch.float64)
-    zero_std = 0
+    sd = lambda x: x.std(correction=ddof) if len(x) > ddof else torch.tensor(0.0, dtype=torch.float64)
+    gstd, zero_std_n = sd(r[ok]), 0
     for g in dict.fromkeys(groups):
         idx = torch.tensor([i for i, x in enumerate(groups) if x == g])
         idx = idx[ok[idx]]
-        if len(idx) < 2 or r[idx].std() <= zero_std_tol: zero_std += 1; continue
-        std = r[idx].std() if per_prompt_std else gstd
+        flat = bool(len(idx) < 2 or r[idx].std() <= zero_std_tol)
+        zero_std_n += flat
+        if mean == 'batch': adv[idx], mask[idx] = ((r[idx] - r[ok].mean())/(gstd + eps)).clamp(-clip, clip), True; continue
+        if flat:
+            mask[idx] = zero_std == 'keep'; continue
+        std = sd(r[idx]) if per_prompt_std else gstd
         adv[idx] = ((r[idx] - r[idx].mean())/(std + eps)).clamp(-clip, clip)
         mask[idx] = True
-    return dict(advantages=adv.float(), mask=mask, nan_rewards=int((~ok).sum()), zero_std_groups=zero_std,
+    return dict(advantages=adv.float(), mask=mask, nan_rewards=int((~ok).sum()), zero_std_groups=zero_std_n,
                 groups=len(dict.fromkeys(groups)))
 
 # %% ../nbs/12_grpo.ipynb #ab6d2e1b
@@ -96,6 +106,11 @@ class TrainConfig:
     clip_range:float = 1e-3
     adv_clip_max:float = 5.0
     per_prompt_stat_tracking:bool = True
+    adv_ddof:int = 1                                             # group std: 1 unbiased | 0 population (both releases)
+    adv_mean:str = 'group'                                       # group | batch (the release without per-prompt tracking)
+    zero_std:str = 'mask'                                        # mask: zero-std groups out of loss and KL | keep (release)
+    sde_form:str = 'flow_grpo'                                   # flow_grpo SDE | release: UniPC rollouts scored about an Euler mean
+    timestep_rounding:str = 'round'                              # trained steps = round | floor (release) of fraction x window
     max_grad_norm:float = 1.0
     lora_rank:int = 8; lora_alpha:int = 16
     lora_targets:tuple = ('to_q', 'to_k', 'to_v', 'to_out.0')      # transformer modules that get the adapter
@@ -210,7 +225,7 @@ class Trainer:
             neg = self.neg.expand(c.group_size, -1, -1) if self.neg is not None else None
             with torch.no_grad():
                 rolls.append(sample(self.policy, emb, x0, c.num_steps, c.guidance_scale, neg, c.noise_level, win,
-                                    inject, torch.Generator().manual_seed(_seed(c.seed, self.step, gidx, 3))))
+                                    inject, torch.Generator().manual_seed(_seed(c.seed, self.step, gidx, 3)), form=c.sde_form))
             embs.append(emb)
         t1 = time.perf_counter()
         reward_fn = compose_rewards(self.schedule.rewards(self.step), self.registry)
@@ -224,9 +239,11 @@ class Trainer:
         t2 = time.perf_counter()
         flat = torch.cat(rewards)
         groups = [gidx for gidx in mine for _ in range(c.group_size)]
-        A = group_advantages(flat, groups, c.per_prompt_stat_tracking, c.adv_clip_max)
+        A = group_advantages(flat, groups, c.per_prompt_stat_tracking, c.adv_clip_max, ddof=c.adv_ddof, mean=c.adv_mean,
+                             zero_std=c.zero_std)
         S = win[1] - win[0]
-        train_js = list(range(S))[:max(1, round(c.timestep_fraction*S))]
+        k = {'round': round, 'floor': math.floor}[c.timestep_rounding](c.timestep_fraction*S)
+        train_js = list(range(S))[:max(1, k)]
         self.opt.zero_grad(set_to_none=True)
         stats = []
         n_back = len(train_js)*len(rolls)
