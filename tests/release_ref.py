@@ -115,9 +115,11 @@ class Degenerate(Exception): pass
 def umeyama(x, y):
     "x, y [3,n]: r, t, c with y ~ c r x + t; raises like evo when the covariance rank is below 2."
     m, n = x.shape
-    mx, my = x.mean(1), y.mean(1)
+    mx, my = x.mean(axis=1), y.mean(axis=1)                  # in the input's dtype (float32 here)
     sigma_x = 1.0/n*(np.linalg.norm(x - mx[:, None])**2)
-    cov = sum(np.outer(y[:, i] - my, x[:, i] - mx) for i in range(n))/n
+    outer_sum = np.zeros((m, m))                             # float64: the rank test below uses float64's eps
+    for i in range(n): outer_sum += np.outer(y[:, i] - my, x[:, i] - mx)
+    cov = np.multiply(1.0/n, outer_sum)
     u, d, v = np.linalg.svd(cov)
     if np.count_nonzero(d > np.finfo(d.dtype).eps) < m - 1: raise Degenerate("Degenerate covariance rank")
     S = np.eye(m)
@@ -155,7 +157,7 @@ def _geodesic_deg(a, b):
 
 def _total_rot(p): return sum(_geodesic_deg(p[i - 1, :3, :3], p[i, :3, :3]) for i in range(1, len(p)))
 def _total_trans(c): return float(np.linalg.norm(np.diff(c, axis=0), axis=1).sum()) if len(c) > 1 else 0.0
-def _rel(p): return np.stack([np.linalg.inv(p[0]) @ q for q in p])
+def _rel(p): return np.stack([np.linalg.inv(p[0]) @ q for q in p])   # reward_3d_backend.py:330-332
 
 def _cos01(a, b, eps=1e-6):
     na, nb = float(np.linalg.norm(a.ravel())), float(np.linalg.norm(b.ravel()))
@@ -181,23 +183,28 @@ def motion_profile(pred, target):
     else: f = 0.5*(ts + rs)
     return float(np.clip(f, 0.0, 1.0)), dict(target_translation=tt, target_rotation=trr)
 
+def affine_inverse(A):
+    "geometry.affine_inverse_np: [R t] -> [R^T, -R^T t] (exact only for orthonormal R)."
+    out = A.copy(); Rt = np.swapaxes(A[..., :3, :3], -1, -2)
+    out[..., :3, :3], out[..., :3, 3:] = Rt, -Rt @ A[..., :3, 3:]
+    return out
+
 def camera_motion_score(pred_c2w, target_c2w, seed=None):
-    "_compute_camera_motion_score with poses given as c2w (the release's w2c round trip in float32): score, info."
+    "_compute_camera_motion_score with the estimate given as c2w (DA3 gives w2c: inverted here in float32): score, info."
     pred_ext = np.stack([np.linalg.inv(p) for p in np.asarray(pred_c2w, np.float32)]).astype(np.float32)
     tgt = np.asarray(target_c2w, np.float32)[select_padded(len(target_c2w), len(pred_ext))]
-    tgt_ext = np.stack([np.linalg.inv(p) for p in tgt]).astype(np.float32)
+    tgt_ext = np.stack([np.linalg.inv(p) for p in tgt]).astype(np.float32)              # :551-554
     n = min(len(pred_ext), len(tgt_ext))
     pred_ext, tgt_ext = pred_ext[select_padded(len(pred_ext), n)], tgt_ext[select_padded(len(tgt_ext), n)]
-    inv = lambda e: np.stack([np.linalg.inv(x) for x in e])
-    tgt_rel = _rel(inv(tgt_ext))
+    tgt_rel = _rel(affine_inverse(tgt_ext))                                              # :563
     aligned, status = pred_ext, 'not aligned: static command'
     if _total_trans(tgt_rel[:, :3, 3]) >= 1e-4:
         try:
-            ref, est = inv(tgt_ext).astype(np.float64), inv(pred_ext).astype(np.float64)
+            ref, est = affine_inverse(tgt_ext), affine_inverse(pred_ext)                 # pose_align.py:76-81
             r, t, s = align_ransac(ref, est, seed=seed) if n >= 6 else umeyama(est[:, :3, 3].T, ref[:, :3, 3].T)
-            aligned, status = inv(_apply(est, r, t, s)), 'sim3'
+            aligned, status = affine_inverse(_apply(est, r, t, s)), 'sim3'               # pose_align.py:189-193
         except Degenerate as e: status = f'not aligned: {e}'
-    score, info = motion_profile(_rel(inv(aligned)), tgt_rel)
+    score, info = motion_profile(_rel(affine_inverse(aligned)), tgt_rel)                 # :578-579
     return score, info | dict(alignment=status)
 
 # --- flow_grpo/rewards.py:170-191 (R_gen's frame) ----------------------------------------------------------------------

@@ -111,6 +111,8 @@ class TrainConfig:
     zero_std:str = 'mask'                                        # mask: zero-std groups out of loss and KL | keep (release)
     sde_form:str = 'flow_grpo'                                   # flow_grpo SDE | release: UniPC rollouts scored about an Euler mean
     timestep_rounding:str = 'round'                              # trained steps = round | floor (release) of fraction x window
+    chain_timing:str = 'even'                                    # camera chains: even | release (ceil(F/n) frames a segment)
+    orbit_centre:str = 'ahead'                                   # orbits: ahead (about the subject) | release (centre behind)
     max_grad_norm:float = 1.0
     lora_rank:int = 8; lora_alpha:int = 16
     lora_targets:tuple = ('to_q', 'to_k', 'to_v', 'to_out.0')      # transformer modules that get the adapter
@@ -196,13 +198,18 @@ class Trainer:
         shape = self.policy.latent_shape(c.num_frames, c.height, c.width)
         g = torch.Generator().manual_seed(_seed(c.seed, self.step, gidx, 1) if seed is None else seed)
         plain = torch.randn(G, *shape, generator=g)
-        traj = trajectory_from_prompt(prompt, c.num_frames, c.height, c.width)
+        traj = self.commanded(prompt)
         if c.injection in ('none', None) or traj.note == NO_CAMERA_PHRASE: return plain, None   # settings.ini reads `none` as None
         warped = torch.stack([camera_noise(traj, shape[0], *self.policy.vae_scale, method=c.warp_method, degradation=c.noise_degradation, generator=g)
                               for _ in range(G)])
         if c.injection == 'init': return inject_init(plain, warped), None
         if c.injection == 'stepwise_delta': return plain, stepwise_delta(plain, warped, c.wrap_strength, c.delta_steps, c.delta_kernel)
         raise ValueError(f"injection must be init, stepwise_delta or none; got {c.injection!r}")
+
+    def commanded(self, prompt:str):
+        "The camera trajectory a prompt commands, with this run's chain timing and orbit centre."
+        c = self.cfg
+        return trajectory_from_prompt(prompt, c.num_frames, c.height, c.width, timing=c.chain_timing, orbit=c.orbit_centre)
 
     def window(self) -> tuple[int, int]:
         "The SDE window of this step (Flow-GRPO-Fast draws it per batch)."
@@ -231,7 +238,8 @@ class Trainer:
         reward_fn = compose_rewards(self.schedule.rewards(self.step), self.registry)
         rewards, info, reasons = [], {}, []
         for gidx, r in zip(mine, rolls):
-            s, inf = reward_fn(r.video, [prompts[gidx]]*c.group_size, [dict(group=f'{self.step}-{gidx}', prompt=prompts[gidx])]*c.group_size)
+            meta = dict(group=f'{self.step}-{gidx}', prompt=prompts[gidx], traj=self.commanded(prompts[gidx]))   # the rewards score this path
+            s, inf = reward_fn(r.video, [prompts[gidx]]*c.group_size, [meta]*c.group_size)
             rewards.append(s)
             for k, v in inf.items():
                 if _numeric(v): info.setdefault(k, []).append(torch.as_tensor(v, dtype=torch.float64))
