@@ -76,3 +76,24 @@ def test_progress_sample_uses_the_camera_noise(tmp_path, monkeypatch):
     corr = max(float(torch.corrcoef(torch.stack([x[:, 0].flatten(), torch.roll(x[:, 1], dx, dims=-1).flatten()]))[0, 1])
                for dx in range(-3, 4))
     assert corr > 0.4, corr                                # plain noise: each |corr| ~ 0.03 (1/sqrt(1024 values))
+
+
+# --- the release preset, end to end on the tiny twin --------------------------------------------------------------------
+CHEAP_RECON = {"depth_prior": "procedural", "stride": 4, "coarse_steps": 4, "fine_steps": 2, "batch": 2, "n_depths": 8,
+               "track_iters": [2, 2, 1]}
+
+def test_release_preset_runs_on_the_tiny_twin(tmp_path):
+    "wan2.1-1.3b-release with the tiny Wan, CPU sizes and CPU reward models: its release math runs end to end."
+    from worldlab.train import train, preset_params
+    prompts = tmp_path/'p.txt'
+    prompts.write_text('Camera orbit left, then push in, then pan right. A stone arch.\nCamera move right. A harbour.\n')
+    params = preset_params('wan2.1-1.3b-release') | dict(
+        model='tiny', device='cpu', dtype='fp32', height=32, width=32, num_frames=9, num_steps=4, guidance_scale=1.0,
+        prompts_per_batch=1, steps=2, main_steps=1, dynamic_steps=1, prompts=str(prompts), recon='fit', lpips='random',
+        rgen='standin', recon_opts=CHEAP_RECON, r3d_parts={'s_recon': 1, 's_traj': 1}, ema=0.0)
+    hist = train(params, tmp_path/'run', progress=False)
+    assert list(hist.phase) == ['main', 'dynamic']
+    assert hist['reward/reward_3d'].notna().iloc[0] and hist['reward/reward_general'].notna().all()
+    assert (hist.window_lo == 0).all() and (hist.window_hi == 4).all()
+    cfg = json.loads((tmp_path/'run'/'config.json').read_text())
+    assert (cfg['train']['sde_form'], cfg['run']['reward_form'], cfg['train']['adv_ddof']) == ('release', 'release', 0)
