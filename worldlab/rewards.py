@@ -12,7 +12,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import numpy as np
 import torch
 
-from .camera import Trajectory, trajectory_from_prompt
+from .camera import NO_CAMERA_PHRASE, Trajectory, trajectory_from_prompt
 from .metrics import lpips_distance, load_lpips, s_traj as traj_score
 from .splat import render
 
@@ -147,6 +147,8 @@ def release_render_path(c2w:torch.Tensor) -> torch.Tensor: # [F,4,4] estimated c
 # %% ../nbs/08a_rewards.ipynb #e7c36828
 def s_traj(rec, traj:Trajectory, form:str='release', **kw) -> tuple[float, dict]: # a Reconstruction; the commanded path
     "S_traj of the camera path the video shows (`rec.video_c2w`) against the commanded one; NaN with a reason when it cannot score."
+    if kw.get('align') == 'release' and traj.note == NO_CAMERA_PHRASE:       # the release has no trajectory and scores 0
+        return 0.0, dict(alignment='no camera phrase: 0, as reward_3d_backend.py:547-549')
     if not rec.ok: return math.nan, dict(reason=f"reconstruction failed: {rec.reason}")
     est = rec.video_c2w
     if not torch.isfinite(est).all(): return math.nan, dict(reason=f"camera tracking failed: {rec.info.get('track_reason', 'non-finite poses')}")
@@ -173,7 +175,7 @@ def meta_view(rec, kind:str='paper', back:float=0.5, up:float=0.1) -> torch.Tens
     return c2w[0] @ off
 
 def parse_meta_score(reply, scoring:str='integer') -> tuple[float, str]: # a judge.JudgeReply
-    "A [0,1] score from the judge's reply: 'integer' (first digit x 0.1) or 'expectation' (digit probabilities, / 9)."
+    "A [0,1] score from the reply: 'integer' (first digit / 9), 'paper' (first digit x 0.1) or 'expectation' (digit probabilities, / 9)."
     if not reply.ok: return math.nan, f"judge failed: {reply.error}"
     if scoring == 'expectation' and reply.top_logprobs:
         for tok, top in zip(reply.tokens, reply.top_logprobs):
@@ -182,9 +184,9 @@ def parse_meta_score(reply, scoring:str='integer') -> tuple[float, str]: # a jud
                 p = torch.softmax(torch.tensor(list(digits.values()), dtype=torch.float64), 0)
                 return float((p*torch.tensor(list(digits), dtype=torch.float64)).sum()/9), ''
         return math.nan, f"no digit token in the reply {reply.text!r}"
-    if scoring not in ('integer', 'expectation'): raise ValueError(f"scoring must be 'integer' or 'expectation', got {scoring!r}")
+    if scoring not in ('integer', 'paper', 'expectation'): raise ValueError(f"scoring must be 'integer', 'paper' or 'expectation', got {scoring!r}")
     m = re.search(r'\d', reply.text)
-    return (int(m.group())*0.1, '') if m else (math.nan, f"no digit in the reply {reply.text!r}")
+    return (int(m.group())*(0.1 if scoring == 'paper' else 1/9), '') if m else (math.nan, f"no digit in the reply {reply.text!r}")
 
 # %% ../nbs/08a_rewards.ipynb #b13c6dd3
 def s_meta(rec, judge, view:str='paper', scoring:str='integer', background=(0.5, 0.5, 0.5)) -> tuple[float, dict]:
