@@ -143,6 +143,8 @@ d = { 'settings': {'branch': 'main', 'doc_baseurl': '/', 'doc_host': '', 'git_ur
                                 'worldlab.depth.save_depth_prior': ('depth.html#save_depth_prior', 'worldlab/depth.py'),
                                 'worldlab.depth.si_log_error': ('depth.html#si_log_error', 'worldlab/depth.py'),
                                 'worldlab.depth.train_depth_net': ('depth.html#train_depth_net', 'worldlab/depth.py')},
+            'worldlab.fidelity': { 'worldlab.fidelity._row': ('fidelity.html#_row', 'worldlab/fidelity.py'),
+                                   'worldlab.fidelity.divergence_table': ('fidelity.html#divergence_table', 'worldlab/fidelity.py')},
             'worldlab.flow': { 'worldlab.flow.apply_homography': ('flow.html#apply_homography', 'worldlab/flow.py'),
                                'worldlab.flow.clamp_flow': ('flow.html#clamp_flow', 'worldlab/flow.py'),
                                'worldlab.flow.flow_to_rgb': ('flow.html#flow_to_rgb', 'worldlab/flow.py'),
