@@ -310,3 +310,15 @@ def test_hpsv2_loader(monkeypatch):
     s = fn([img, img], ['a', 'b'])
     assert built[0] == ('ViT-H-14', None) and built[1] == {'w': torch.ones(1)} and fn.label == 'HPSv2.1'
     np.testing.assert_allclose(s, [float(np.dot([.5]*4, np.array([1, 2, 3, 4])/math.sqrt(30)))]*2, rtol=1e-6)
+
+
+def test_training_log_keeps_columns_across_phases(tmp_path):
+    "A phase that logs fewer reward columns than the first must not shift its values into other columns."
+    from worldlab.train import train, preset_params
+    params = preset_params('tiny') | dict(height=32, width=32, num_frames=5, num_steps=2, group_size=2, prompts_per_batch=1,
+                                          steps=2, main_steps=1, dynamic_steps=1, reward_weights={'red': 1.0, 'green': 1.0},
+                                          dynamic_reward_weights={'green': 1.0})
+    hist = train(params, tmp_path/'run', progress=False)
+    assert list(hist.phase) == ['main', 'dynamic']
+    assert hist['reward/green'].notna().all() and np.isnan(hist['reward/red'].iloc[1])
+    np.testing.assert_allclose(hist['reward_mean'].iloc[1], hist['reward/green'].iloc[1])   # the dynamic reward is green alone

@@ -70,7 +70,7 @@ DIVERGENCES = [
     _row('WorldReward: chunk records', '—', 'group_info.json, raw action_labels, normalised action_texts', 'worldreward/render.py: render_pair',
          'was chunk.json with the names swapped; now the same', '—', 'fixed (bug)', 'test_chunk_records_use_worldreward_names'),
     _row('Training samples', '—', '—', '—', 'write_sample used plain noise; now the trainer\'s camera noise', '—', 'fixed (bug)', 'test_progress_sample_uses_the_camera_noise'),
-    _row('Training log', '—', '—', '—', "metrics.csv wrote a phase's reward columns under another phase's header; now one header", '—', 'fixed (bug)', 'test_release_preset_runs_on_the_tiny_twin'),
+    _row('Training log', '—', '—', '—', "metrics.csv wrote a phase's reward columns under another phase's header; now one header", '—', 'fixed (bug)', 'test_training_log_keeps_columns_across_phases'),
 ]
 
 def divergence_table(effects:dict|None=None) -> pd.DataFrame: # {item: measured effect, as text}
