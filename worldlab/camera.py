@@ -14,9 +14,9 @@ import torch
 # %% auto #0
 __all__ = ['RELEASE_MOTIONS', 'PRIMITIVES', 'COMPOSITES', 'CAMERA_PHRASES', 'NO_CAMERA_PHRASE', 'ACTION_STEP',
            'TRANSLATION_TOKENS', 'ROTATION_TOKENS', 'ROTATION_ALIASES', 'intrinsics', 'scale_intrinsics', 'Motion',
-           'rotation', 'motion_step', 'primitive_motion', 'Trajectory', 'split_steps', 'compose', 'chain_trajectory',
-           'detect_camera_phrases', 'trajectory_from_prompt', 'Action', 'parse_action', 'trajectory_from_actions',
-           'plot_trajectories', 'camera_explorer']
+           'rotation', 'motion_step', 'primitive_motion', 'Trajectory', 'split_steps', 'compose', 'segment_poses',
+           'chain_trajectory', 'detect_camera_phrases', 'trajectory_from_prompt', 'Action', 'parse_action',
+           'trajectory_from_actions', 'plot_trajectories', 'camera_explorer']
 
 # %% ../nbs/01_camera.ipynb #afd31c0a
 def intrinsics(H:int, W:int, # image size in pixels
@@ -152,6 +152,35 @@ def compose(motions:list[Motion], # one per segment
         for _ in range(n): poses.append(poses[-1] @ T)
     return torch.stack(poses)
 
+# %% ../nbs/01_camera.ipynb #81b292cd
+def segment_poses(m:Motion, n:int, # the segment's motion and its steps
+                  z_ref:float=1.0, orbit:str='ahead') -> torch.Tensor:
+    "The `n+1` poses `[n+1,4,4]` of one segment from the identity; `orbit='release'` puts an orbit's centre behind the camera."
+    if orbit == 'release' and m.pivot:
+        a = torch.deg2rad(-m.yaw*torch.arange(n + 1, dtype=torch.float64)/n)       # the release's arc angle (> 0: orbit left)
+        P = torch.eye(4, dtype=torch.float64).repeat(n + 1, 1, 1)
+        P[:, :3, :3] = torch.stack([rotation(yaw=float(y)) for y in torch.rad2deg(-a)])
+        P[:, 0, 3], P[:, 2, 3] = m.pivot*z_ref*torch.sin(a), -m.pivot*z_ref*(1 - torch.cos(a))
+        return P
+    return compose([m], [n], z_ref)
+
+def _release_chain(keys, motions, F, z_ref, timing, orbit):
+    "Poses and labels: segments of ceil(F/n) frames (boundary pose repeated) resampled to F (release), or split evenly."
+    if timing == 'even':
+        segs = [segment_poses(m, k, z_ref, orbit) for m, k in zip(motions, split_steps(F, len(keys)))]
+        c2w, cur, labels = [torch.eye(4, dtype=torch.float64)], torch.eye(4, dtype=torch.float64), [keys[0]]
+        for key, s in zip(keys, segs):
+            c2w += [cur @ q for q in s[1:]]; labels += [key]*(len(s) - 1); cur = c2w[-1]
+        return torch.stack(c2w), labels
+    s = max(2, math.ceil(F/len(keys)))
+    poses, labels, cur = [], [], torch.eye(4, dtype=torch.float64)
+    for key, m in zip(keys, motions):
+        seg = segment_poses(m, s - 1, z_ref, orbit)
+        poses += [cur @ q for q in seg]; labels += [key]*s; cur = poses[-1]
+    T = len(poses)
+    idx = list(range(T)) if F >= T else [round(i*(T - 1)/(F - 1)) for i in range(F)]
+    return torch.stack([poses[i] for i in idx]), [labels[i] for i in idx]
+
 # %% ../nbs/01_camera.ipynb #d4aed674
 def chain_trajectory(names:list[str]|str, # primitive names, in order (or one name)
                      num_frames:int=81, # frames in the clip
@@ -161,12 +190,19 @@ def chain_trajectory(names:list[str]|str, # primitive names, in order (or one na
                      focal_factor:float=1.2, # focal length / width
                      expand_composites:bool=False, # pull_left -> move_left, pull_out, pan_left
                      prompt:str='', note:str='',
+                     timing:str='even', # even: steps split evenly | release: ceil(F/n) frames a segment, resampled
+                     orbit:str='ahead', # ahead: about the subject | release: the release's centre behind the camera
                     ) -> Trajectory:
     "A trajectory that performs the named primitives one after another, frames split evenly."
     names = [names] if isinstance(names, str) else list(names)
     keys = [n.strip().lower().replace('-', '_').replace(' ', '_') for n in names]
     if expand_composites: keys = [k2 for k in keys for k2 in COMPOSITES.get(k, (k,))]
     motions = [primitive_motion(k, strength) for k in keys]
+    if timing not in ('even', 'release') or orbit not in ('ahead', 'release'):
+        raise ValueError(f"timing must be 'even' or 'release' and orbit 'ahead' or 'release'; got {timing!r}, {orbit!r}")
+    if timing == 'release' or orbit == 'release':
+        c2w, labels = _release_chain(keys, motions, num_frames, z_ref, timing, orbit)
+        return Trajectory(c2w, intrinsics(H, W, focal_factor), H, W, labels, keys, prompt, z_ref, note)
     steps = split_steps(num_frames, len(keys))
     labels = [keys[0]] + [k for k, n in zip(keys, steps) for _ in range(n)]
     return Trajectory(compose(motions, steps, z_ref), intrinsics(H, W, focal_factor), H, W, labels, keys,
@@ -189,12 +225,13 @@ def trajectory_from_prompt(prompt:str, # e.g. 'Camera push in, then pan right. A
                            num_frames:int=81, H:int=480, W:int=832,
                            strength:float=1.0, z_ref:float=1.0, focal_factor:float=1.2,
                            expand_composites:bool=True, # 'pull left' -> move_left, pull_out, pan_left
+                           timing:str='even', orbit:str='ahead', # see `chain_trajectory`
                           ) -> Trajectory:
     "The camera trajectory a prompt asks for (fixed, with a note, when it names none)."
     names = detect_camera_phrases(prompt)
     note = '' if names else NO_CAMERA_PHRASE
     return chain_trajectory(names or ['fixed'], num_frames, H, W, strength, z_ref, focal_factor,
-                            expand_composites, prompt=prompt, note=note)
+                            expand_composites, prompt=prompt, note=note, timing=timing, orbit=orbit)
 
 # %% ../nbs/01_camera.ipynb #fc5dcbc4
 ACTION_STEP = dict(translation=0.1, degrees=6.0)

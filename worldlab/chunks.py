@@ -18,8 +18,9 @@ from .core import read_video, save_json
 
 # %% auto #0
 __all__ = ['CHUNK_SIZE', 'IDLE_LABEL', 'SLOT_COLORS', 'ROW_LABELS', 'ROW_COLORS', 'BG', 'GREY', 'MAX_SIDE', 'IMAGE_NAMES',
-           'PNG_LEVEL', 'Side', 'Pair', 'pair_from_dict', 'read_pairs', 'segment_frames', 'side_spans', 'action_frames',
-           'chunk_slots', 'slot_label', 'frame_grid_image', 'action_panel_image', 'fit', 'render_pair', 'render_pairs']
+           'PNG_LEVEL', 'CHUNK_RECORD', 'Side', 'Pair', 'pair_from_dict', 'read_pairs', 'segment_frames', 'side_spans',
+           'action_frames', 'chunk_slots', 'slot_label', 'frame_grid_image', 'action_panel_image', 'fit', 'render_pair',
+           'render_pairs']
 
 # %% ../nbs/10_chunks.ipynb #feef4f20
 _SAFE_ID = re.compile(r'^[A-Za-z0-9][A-Za-z0-9._-]*$')
@@ -195,14 +196,16 @@ PNG_LEVEL = 1    # zlib level: 1 encodes several times faster than Pillow's defa
 
 def _save_png(im:Image.Image, path:Path): im.save(path, 'PNG', compress_level=PNG_LEVEL)
 
-def _complete(d:Path) -> bool: return (d/'chunk.json').exists() and all((d/n).exists() for n in IMAGE_NAMES)
+CHUNK_RECORD = 'group_info.json'   # WorldReward's name for a chunk's record
+
+def _complete(d:Path) -> bool: return (d/CHUNK_RECORD).exists() and all((d/n).exists() for n in IMAGE_NAMES)
 
 def render_pair(pair:Pair, out:str|Path, force:bool=False) -> list[dict]:
     "Render (or reuse) every chunk of a pair; returns each chunk's record."
     out = Path(out)/pair.pair_id
     slots = chunk_slots(pair.actions)
     if not force and all(_complete(out/f'chunk_{k:02d}') for k in range(len(slots))):
-        return [json.loads((out/f'chunk_{k:02d}'/'chunk.json').read_text()) for k in range(len(slots))]
+        return [json.loads((out/f'chunk_{k:02d}'/CHUNK_RECORD).read_text()) for k in range(len(slots))]
     for side in (pair.left, pair.right):
         if not side.video.exists(): raise FileNotFoundError(f"{pair.pair_id}: video {side.video} does not exist")
     if not pair.input_image.exists(): raise FileNotFoundError(f"{pair.pair_id}: input image {pair.input_image} does not exist")
@@ -214,7 +217,7 @@ def render_pair(pair:Pair, out:str|Path, force:bool=False) -> list[dict]:
     for k, chunk in enumerate(slots):
         d = out/f'chunk_{k:02d}'
         if not force and _complete(d):
-            records.append(json.loads((d/'chunk.json').read_text())); continue
+            records.append(json.loads((d/CHUNK_RECORD).read_text())); continue
         d.mkdir(parents=True, exist_ok=True)
         ga, gb, labels = [], [], []
         for s, (i, tok) in enumerate(chunk):
@@ -234,11 +237,11 @@ def render_pair(pair:Pair, out:str|Path, force:bool=False) -> list[dict]:
         if src_png is None: _save_png(src, d/'input_image.png'); src_png = (d/'input_image.png').read_bytes()
         else: (d/'input_image.png').write_bytes(src_png)                 # the same image in every chunk: encode once
         rec = dict(pair_id=pair.pair_id, chunk_id=k, caption=pair.input_caption,
-                   action_indices=[i for i, _ in chunk], action_tokens=[t for _, t in chunk], action_labels=labels,
+                   action_indices=[i for i, _ in chunk], action_labels=[t for _, t in chunk], action_texts=labels,
                    left=dict(video=str(pair.left.video), model=pair.left.model, spans=sa),
                    right=dict(video=str(pair.right.video), model=pair.right.model, spans=sb),
                    images=list(IMAGE_NAMES))
-        save_json(rec, d/'chunk.json')
+        save_json(rec, d/CHUNK_RECORD)
         records.append(rec)
     if clamped:
         warnings.warn(f"{pair.pair_id}: spans run past the end of the video for {sorted(clamped)}; clamped to its last frame")

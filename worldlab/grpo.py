@@ -25,21 +25,31 @@ from .rewards import channel_mean_reward, compose_rewards, target_image_reward
 # %% ../nbs/12_grpo.ipynb #489363ce
 def group_advantages(rewards:torch.Tensor, # [N] rewards (NaN: could not score)
                      groups:list, # [N] group id (the prompt) of each sample
-                     per_prompt_std:bool=True, clip:float=5.0, eps:float=1e-4, zero_std_tol:float=1e-8) -> dict:
+                     per_prompt_std:bool=True, clip:float=5.0, eps:float=1e-4, zero_std_tol:float=1e-8,
+                     ddof:int=1, # std correction: 1 unbiased (worldlab) | 0 population (Flow-GRPO and World-R1 releases)
+                     mean:str='group', # group | batch: the batch's mean and std (the release without per-prompt tracking)
+                     zero_std:str='mask', # mask: leave zero-std groups out | keep: zero advantage, still counted (release)
+                    ) -> dict:
     "Advantages [N], a mask of usable samples [N], and counts of what was dropped and why."
+    if mean not in ('group', 'batch') or zero_std not in ('mask', 'keep'):
+        raise ValueError(f"mean must be 'group' or 'batch' and zero_std 'mask' or 'keep'; got {mean!r}, {zero_std!r}")
     r = torch.as_tensor(rewards, dtype=torch.float64)
     ok = ~torch.isnan(r)
     adv, mask = torch.zeros_like(r), torch.zeros_like(r, dtype=torch.bool)
-    gstd = r[ok].std() if ok.sum() > 1 else torch.tensor(0.0, dtype=torch.float64)
-    zero_std = 0
+    sd = lambda x: x.std(correction=ddof) if len(x) > ddof else torch.tensor(0.0, dtype=torch.float64)
+    gstd, zero_std_n = sd(r[ok]), 0
     for g in dict.fromkeys(groups):
         idx = torch.tensor([i for i, x in enumerate(groups) if x == g])
         idx = idx[ok[idx]]
-        if len(idx) < 2 or r[idx].std() <= zero_std_tol: zero_std += 1; continue
-        std = r[idx].std() if per_prompt_std else gstd
+        flat = bool(len(idx) < 2 or r[idx].std() <= zero_std_tol)
+        zero_std_n += flat
+        if mean == 'batch': adv[idx], mask[idx] = ((r[idx] - r[ok].mean())/(gstd + eps)).clamp(-clip, clip), True; continue
+        if flat:
+            mask[idx] = zero_std == 'keep'; continue
+        std = sd(r[idx]) if per_prompt_std else gstd
         adv[idx] = ((r[idx] - r[idx].mean())/(std + eps)).clamp(-clip, clip)
         mask[idx] = True
-    return dict(advantages=adv.float(), mask=mask, nan_rewards=int((~ok).sum()), zero_std_groups=zero_std,
+    return dict(advantages=adv.float(), mask=mask, nan_rewards=int((~ok).sum()), zero_std_groups=zero_std_n,
                 groups=len(dict.fromkeys(groups)))
 
 # %% ../nbs/12_grpo.ipynb #ab6d2e1b
@@ -96,6 +106,13 @@ class TrainConfig:
     clip_range:float = 1e-3
     adv_clip_max:float = 5.0
     per_prompt_stat_tracking:bool = True
+    adv_ddof:int = 1                                             # group std: 1 unbiased | 0 population (both releases)
+    adv_mean:str = 'group'                                       # group | batch (the release without per-prompt tracking)
+    zero_std:str = 'mask'                                        # mask: zero-std groups out of loss and KL | keep (release)
+    sde_form:str = 'flow_grpo'                                   # flow_grpo SDE | release: UniPC rollouts scored about an Euler mean
+    timestep_rounding:str = 'round'                              # trained steps = round | floor (release) of fraction x window
+    chain_timing:str = 'even'                                    # camera chains: even | release (ceil(F/n) frames a segment)
+    orbit_centre:str = 'ahead'                                   # orbits: ahead (about the subject) | release (centre behind)
     max_grad_norm:float = 1.0
     lora_rank:int = 8; lora_alpha:int = 16
     lora_targets:tuple = ('to_q', 'to_k', 'to_v', 'to_out.0')      # transformer modules that get the adapter
@@ -173,19 +190,26 @@ class Trainer:
         self.pos[phase] += self.cfg.prompts_per_batch
         return phase, out
 
-    def initial_noise(self, prompt:str, gidx:int) -> tuple[torch.Tensor, object]:
-        "Initial latents [G,...] for one group, and the stepwise-delta injector (or None)."
-        c, G = self.cfg, self.cfg.group_size
+    def initial_noise(self, prompt:str, gidx:int, n:int|None=None, # videos (default: the group size)
+                      seed:int|None=None, # default: from the run's seed, the step and the group
+                     ) -> tuple[torch.Tensor, object]:
+        "Initial latents [n,...] for one group, and the stepwise-delta injector (or None)."
+        c, G = self.cfg, n or self.cfg.group_size
         shape = self.policy.latent_shape(c.num_frames, c.height, c.width)
-        g = torch.Generator().manual_seed(_seed(c.seed, self.step, gidx, 1))
+        g = torch.Generator().manual_seed(_seed(c.seed, self.step, gidx, 1) if seed is None else seed)
         plain = torch.randn(G, *shape, generator=g)
-        traj = trajectory_from_prompt(prompt, c.num_frames, c.height, c.width)
+        traj = self.commanded(prompt)
         if c.injection in ('none', None) or traj.note == NO_CAMERA_PHRASE: return plain, None   # settings.ini reads `none` as None
         warped = torch.stack([camera_noise(traj, shape[0], *self.policy.vae_scale, method=c.warp_method, degradation=c.noise_degradation, generator=g)
                               for _ in range(G)])
         if c.injection == 'init': return inject_init(plain, warped), None
         if c.injection == 'stepwise_delta': return plain, stepwise_delta(plain, warped, c.wrap_strength, c.delta_steps, c.delta_kernel)
         raise ValueError(f"injection must be init, stepwise_delta or none; got {c.injection!r}")
+
+    def commanded(self, prompt:str):
+        "The camera trajectory a prompt commands, with this run's chain timing and orbit centre."
+        c = self.cfg
+        return trajectory_from_prompt(prompt, c.num_frames, c.height, c.width, timing=c.chain_timing, orbit=c.orbit_centre)
 
     def window(self) -> tuple[int, int]:
         "The SDE window of this step (Flow-GRPO-Fast draws it per batch)."
@@ -208,13 +232,14 @@ class Trainer:
             neg = self.neg.expand(c.group_size, -1, -1) if self.neg is not None else None
             with torch.no_grad():
                 rolls.append(sample(self.policy, emb, x0, c.num_steps, c.guidance_scale, neg, c.noise_level, win,
-                                    inject, torch.Generator().manual_seed(_seed(c.seed, self.step, gidx, 3))))
+                                    inject, torch.Generator().manual_seed(_seed(c.seed, self.step, gidx, 3)), form=c.sde_form))
             embs.append(emb)
         t1 = time.perf_counter()
         reward_fn = compose_rewards(self.schedule.rewards(self.step), self.registry)
         rewards, info, reasons = [], {}, []
         for gidx, r in zip(mine, rolls):
-            s, inf = reward_fn(r.video, [prompts[gidx]]*c.group_size, [dict(group=f'{self.step}-{gidx}', prompt=prompts[gidx])]*c.group_size)
+            meta = dict(group=f'{self.step}-{gidx}', prompt=prompts[gidx], traj=self.commanded(prompts[gidx]))   # the rewards score this path
+            s, inf = reward_fn(r.video, [prompts[gidx]]*c.group_size, [meta]*c.group_size)
             rewards.append(s)
             for k, v in inf.items():
                 if _numeric(v): info.setdefault(k, []).append(torch.as_tensor(v, dtype=torch.float64))
@@ -222,9 +247,11 @@ class Trainer:
         t2 = time.perf_counter()
         flat = torch.cat(rewards)
         groups = [gidx for gidx in mine for _ in range(c.group_size)]
-        A = group_advantages(flat, groups, c.per_prompt_stat_tracking, c.adv_clip_max)
+        A = group_advantages(flat, groups, c.per_prompt_stat_tracking, c.adv_clip_max, ddof=c.adv_ddof, mean=c.adv_mean,
+                             zero_std=c.zero_std)
         S = win[1] - win[0]
-        train_js = list(range(S))[:max(1, round(c.timestep_fraction*S))]
+        k = {'round': round, 'floor': math.floor}[c.timestep_rounding](c.timestep_fraction*S)
+        train_js = list(range(S))[:max(1, k)]
         self.opt.zero_grad(set_to_none=True)
         stats = []
         n_back = len(train_js)*len(rolls)

@@ -17,9 +17,10 @@ import torch
 from .camera import Trajectory
 
 # %% auto #0
-__all__ = ['MOTION_CLASS', 'ALEXNET_CHECKPOINT', 'LPIPS_LABELS', 'as_c2w', 'relative_to_first', 'rotation_error_deg',
-           'path_length', 'total_rotation_deg', 'Sim3', 'umeyama_align', 'ransac_align', 'align_poses',
-           'translation_profile', 'rotation_profile', 's_traj', 'camera_metrics', 'camera_metrics_table',
+__all__ = ['RELEASE_START', 'MOTION_CLASS', 'ALEXNET_CHECKPOINT', 'LPIPS_LABELS', 'as_c2w', 'relative_to_first',
+           'rotation_error_deg', 'path_length', 'total_rotation_deg', 'Sim3', 'umeyama_align', 'ransac_align',
+           'align_poses', 'translation_profile', 'rotation_profile', 'release_commanded', 'evo_umeyama',
+           'release_ransac', 's_traj_exact_release', 's_traj', 'camera_metrics', 'camera_metrics_table',
            'classify_camera', 'psnr', 'ssim', 'alexnet_checkpoint', 'load_lpips', 'lpips_distance', 'recon_metrics',
            'consistency_table', 'plot_consistency']
 
@@ -199,6 +200,97 @@ def _s_traj_release(est, cmd, z_ref, ransac, static_scale) -> tuple[float, dict]
     info.update({f't_{k}': v for k, v in tp.items()}); info.update({f'r_{k}': v for k, v in rp.items()})
     return min(max(score, 0.0), 1.0), info
 
+# %% ../nbs/08_metrics.ipynb #4285fb49
+RELEASE_START = (3390.0, 1380.0, 240.0)      # the release's first camera centre, in its units (reference depth 1000)
+
+def release_commanded(cmd:torch.Tensor, z_ref:float=1.0) -> torch.Tensor: # [F,4,4] c2w in units of z_ref
+    "Commanded c2w as the release holds them: its units, offset to `RELEASE_START`, six significant digits, float32."
+    c = cmd.clone().double()
+    c[:, :3, 3] = c[:, :3, 3]*(1000.0/z_ref) + torch.tensor(RELEASE_START, dtype=torch.float64)
+    return torch.tensor([[[float(f'{x:.6g}') for x in row] for row in P] for P in c.tolist()], dtype=torch.float32)
+
+def evo_umeyama(x:torch.Tensor, y:torch.Tensor) -> Sim3|None: # [n,3] centres: estimated, commanded
+    "Umeyama as `evo.core.geometry` does it: None where evo raises (cross-covariance rank below 2)."
+    xc, yc = (x - x.mean(0)).double(), (y - y.mean(0)).double()       # centred in the input's dtype, summed in float64
+    x, y = x.double(), y.double()
+    U, d, Vh = torch.linalg.svd(yc.T @ xc/len(x))
+    if int((d > torch.finfo(torch.float64).eps).sum()) < 2: return None
+    S = torch.eye(3, dtype=torch.float64)
+    if torch.linalg.det(U)*torch.linalg.det(Vh) < 0: S[2, 2] = -1
+    R = U @ S @ Vh
+    s = float(torch.trace(torch.diag(d) @ S)/(xc.square().sum(1).mean()))
+    return Sim3(R, y.mean(0) - s*R @ x.mean(0), s)
+
+# %% ../nbs/08_metrics.ipynb #1487df9d
+def _affine_inv(P:torch.Tensor) -> torch.Tensor: # [...,4,4]: [R t] -> [R^T -R^T t], as the release inverts poses
+    out = P.clone(); Rt = P[..., :3, :3].transpose(-1, -2)
+    out[..., :3, :3], out[..., :3, 3] = Rt, -(Rt @ P[..., :3, 3:])[..., 0]
+    return out
+
+def _sim3_apply(m:Sim3, P:torch.Tensor) -> torch.Tensor: # [F,4,4] c2w (float64)
+    out = P.clone(); out[:, :3, :3] = m.R @ P[:, :3, :3]; out[:, :3, 3] = m.s*P[:, :3, 3] @ m.R.T + m.t
+    return out
+
+def release_ransac(est:torch.Tensor, cmd:torch.Tensor, iters:int=10, seed:int=0) -> Sim3|None: # [F,4,4] c2w each
+    "`pose_align._ransac_align_sim3` over `evo_umeyama`: None where the release's alignment raises."
+    x, y, F = est[:, :3, 3].double(), cmd[:, :3, 3].double(), len(est)
+    first = evo_umeyama(x, y)
+    if first is None: return None
+    thr = float(torch.cdist(_sim3_apply(first, est.double())[:, :3, 3], y).min(1).values.median())
+    best, best_inl, key = first, None, (-1, math.inf)
+    g = torch.Generator().manual_seed(seed)
+    for _ in range(iters):
+        idx = torch.randperm(F, generator=g)[:max(3, (F + 1)//2)]
+        m = evo_umeyama(x[idx], y[idx])
+        if m is None: continue
+        err = (_sim3_apply(m, est.double())[:, :3, 3] - y).norm(dim=-1)
+        inl = err <= thr
+        k = (int(inl.sum()), float(err[inl].mean()) if inl.any() else math.inf)
+        if k[0] > key[0] or (k[0] == key[0] and k[1] < key[1]): best, best_inl, key = m, inl, k
+    if best_inl is not None and best_inl.sum() >= 3: best = evo_umeyama(x[best_inl], y[best_inl])
+    return best
+
+# %% ../nbs/08_metrics.ipynb #6854af73
+def _geodesic_deg32(A:torch.Tensor, B:torch.Tensor) -> torch.Tensor: # [...,3,3], float32 as the release's arrays are
+    "The release's angle: `arccos` of the clipped trace (in float32 about 0.02° for equal inputs, not 0)."
+    dt = torch.promote_types(A.dtype, B.dtype)
+    tr = (A.to(dt).transpose(-1, -2) @ B.to(dt)).diagonal(dim1=-2, dim2=-1).sum(-1)
+    return torch.rad2deg(torch.arccos(((tr - 1)*0.5).clamp(-1, 1)))
+
+def _release_profile(pred:torch.Tensor, tgt:torch.Tensor) -> tuple[float, dict]: # relative c2w [F,4,4] float32 each
+    "`_compute_motion_profile_scores` of the release, thresholds in its units."
+    pc, tc = pred[:, :3, 3], tgt[:, :3, 3]
+    step = lambda c: float(c[1:].sub(c[:-1]).norm(dim=-1).double().sum())
+    rot = lambda P: float(_geodesic_deg32(P[:-1, :3, :3], P[1:, :3, :3]).double().sum())
+    pt, tt, pr, trr = step(pc), step(tc), rot(pred), rot(tgt)
+    ext = lambda a, b: math.exp(-abs(math.log((a + 1e-6)/(b + 1e-6))))
+    if tt < 1e-4: ts = math.exp(-pt/3.0)
+    else:
+        err = float((pc.double() - tc.double()).norm(dim=-1).mean())
+        ts = 0.4*_cos01(pc.double(), tc.double(), 1e-6) + 0.3*ext(pt, tt) + 0.3*math.exp(-err/(2.0*max(tt/max(len(tc) - 1, 1), 1.0)))
+    errs = _geodesic_deg32(tgt[:, :3, :3], pred[:, :3, :3]).double()
+    rs = math.exp(-pr/5.0) if trr < 1e-3 else 0.5*math.exp(-float(errs.mean())/6) + 0.3*math.exp(-float(errs[-1])/6) + 0.2*ext(pr, trr)
+    w = (ts*rs, None) if tt < 1e-4 and trr < 1e-3 else (0.2*ts + 0.8*rs, None) if tt < 1e-4 else (0.8*ts + 0.2*rs, None) if trr < 1e-3 else (0.5*(ts + rs), None)
+    return min(max(w[0], 0.0), 1.0), dict(translation=ts, rotation=rs, t_moved=pt, t_commanded=tt, r_turned=pr, r_commanded=trr)
+
+def s_traj_exact_release(est, cmd, # estimated c2w [F,4,4] (its reconstruction's units) and commanded poses (units of z_ref)
+                         z_ref:float=1.0, seed:int=0) -> tuple[float, dict]:
+    "S_traj as the World-R1 release computes it, fallbacks and float32 included (see above)."
+    import numpy as np                                                     # numpy float32 algebra, as the release: its rounding decides pans
+    est, cmd = as_c2w(est), as_c2w(cmd)
+    ainv = lambda A: np.concatenate([np.concatenate([A[..., :3, :3].swapaxes(-1, -2), -A[..., :3, :3].swapaxes(-1, -2) @ A[..., :3, 3:]], -1), A[..., 3:, :]], -2)
+    rel = lambda P: np.linalg.inv(P[0]) @ P
+    tgt = ainv(np.linalg.inv(release_commanded(cmd, z_ref).numpy()))       # c2w -> w2c (inv) -> c2w (affine), float32
+    pred = ainv(np.linalg.inv(est.float().numpy()))
+    tgt_rel, aligned, status = rel(tgt), pred, 'not aligned: static command'
+    if float(np.linalg.norm(np.diff(tgt_rel[:, :3, 3], axis=0), axis=1).sum()) >= 1e-4:
+        P, T = torch.from_numpy(pred), torch.from_numpy(tgt)
+        m = release_ransac(P, T, seed=seed) if len(est) >= 6 else evo_umeyama(P[:, :3, 3], T[:, :3, 3])
+        if m is None: status = 'not aligned: Umeyama degenerate (the release falls back to the raw estimate)'
+        else: aligned, status = ainv(ainv(_sim3_apply(m, P.double()).numpy())), 'sim3'   # float64 from here, as in numpy
+    score, info = _release_profile(torch.from_numpy(rel(aligned)), torch.from_numpy(tgt_rel))
+    return score, info | dict(alignment=status)
+
 # %% ../nbs/08_metrics.ipynb #32398ae8
 def s_traj(est, cmd, # estimated and commanded camera poses: c2w [F,4,4] (or Trajectory), same F
            form:str='release', # 'paper': exp of aligned L2 / geodesic errors; 'release': the motion-profile score
@@ -206,9 +298,11 @@ def s_traj(est, cmd, # estimated and commanded camera poses: c2w [F,4,4] (or Tra
            ransac:bool|None=None, # None: RANSAC alignment from 6 frames on (the release)
            tau:float=0.1, # paper form: tolerance in radians of view angle (tau*z_ref and degrees(tau))
            static_scale:float=3.0, # release form: a static command scores exp(-moved/static_scale)
+           align:str='worldlab', # release form: worldlab (always aligned) | release (its fallbacks and numerics, `s_traj_exact_release`)
           ) -> tuple[float, dict]:
     "Trajectory-following score in [0, 1] and its parts; NaN with `info['reason']` when it cannot score."
     if form not in ('paper', 'release'): raise ValueError(f"unknown S_traj form {form!r}; use 'paper' or 'release'")
+    if align not in ('worldlab', 'release'): raise ValueError(f"align must be 'worldlab' or 'release', got {align!r}")
     z_ref = z_ref or (cmd.z_ref if isinstance(cmd, Trajectory) else 1.0)
     est, cmd = as_c2w(est), as_c2w(cmd)
     if est.shape != cmd.shape: raise ValueError(f"estimated {tuple(est.shape)} and commanded {tuple(cmd.shape)} poses "
@@ -216,6 +310,7 @@ def s_traj(est, cmd, # estimated and commanded camera poses: c2w [F,4,4] (or Tra
     if not (torch.isfinite(est).all() and torch.isfinite(cmd).all()): return math.nan, dict(reason='non-finite poses')
     if len(est) < 2: return math.nan, dict(reason='fewer than 2 poses: no motion to compare')
     if form == 'paper': return _s_traj_paper(est, cmd, z_ref, ransac, tau)
+    if align == 'release': return s_traj_exact_release(est, cmd, z_ref)
     return _s_traj_release(est, cmd, z_ref, ransac, static_scale)
 
 # %% ../nbs/08_metrics.ipynb #a6491add

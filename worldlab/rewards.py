@@ -6,22 +6,22 @@ reward models run in their own environment."""
 
 # %% ../nbs/08a_rewards.ipynb #79d1f061
 from __future__ import annotations
-import base64, io, json, math, re, threading, time, urllib.error, urllib.request
+import base64, io, json, math, random, re, threading, time, urllib.error, urllib.request
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import numpy as np
 import torch
 
-from .camera import Trajectory, trajectory_from_prompt
+from .camera import NO_CAMERA_PHRASE, Trajectory, trajectory_from_prompt
 from .metrics import lpips_distance, load_lpips, s_traj as traj_score
 from .splat import render
 
 # %% auto #0
 __all__ = ['META_RUBRIC', 'REWARD_NAMES', 'compose_rewards', 'channel_mean_reward', 'target_image_reward', 'commanded_trajectory',
-           'trajectory_to_dict', 'trajectory_from_dict', 'ReconCache', 's_recon', 's_traj', 'meta_view',
-           'parse_meta_score', 's_meta', 'hpsv3_scorer', 'standin_quality_scorer', 'r_gen_reward', 'reward_3d',
-           'make_rewards', 'sim3_gaussians', 'consistency_rerender', 'consistency_eval', 'dynamics_degree',
-           'RewardServer', 'remote_reward', 'serve_main']
+           'trajectory_to_dict', 'trajectory_from_dict', 'ReconCache', 's_recon', 'release_render_path', 's_traj',
+           'meta_view', 'parse_meta_score', 's_meta', 'hpsv3_scorer', 'hpsv2_scorer', 'standin_quality_scorer',
+           'r_gen_reward', 'reward_3d', 'make_rewards', 'sim3_gaussians', 'consistency_rerender', 'consistency_eval',
+           'dynamics_degree', 'RewardServer', 'remote_reward', 'serve_main']
 
 # %% ../nbs/08a_rewards.ipynb #2c3842de
 def compose_rewards(weights:dict[str, float], registry:dict): # {name: weight}; {name: reward fn}
@@ -91,18 +91,64 @@ class ReconCache:
         return rec
 
 # %% ../nbs/08a_rewards.ipynb #fddd8e7d
-def s_recon(video:torch.Tensor, rec, lpips_model) -> tuple[float, dict]: # [F,3,H,W]; a recon.Reconstruction; from load_lpips
+def s_recon(video:torch.Tensor, rec, lpips_model, # [F,3,H,W]; a recon.Reconstruction; from load_lpips
+            path:str='cameras', # cameras: re-render each estimated camera | release: the release's extended, smoothed path
+           ) -> tuple[float, dict]:
     "S_recon of one video and its reconstruction; NaN with a reason when the reconstruction failed."
     if not rec.ok: return math.nan, dict(reason=f"reconstruction failed: {rec.reason}")
-    rr = rec.rerender().to(video)
+    if path not in ('cameras', 'release'): raise ValueError(f"path must be 'cameras' or 'release', got {path!r}")
+    rr = (rec.rerender() if path == 'cameras' else rec.render(release_render_path(rec.c2w)[:len(video)])).to(video)
     d = lpips_distance(video, rr, lpips_model)
     info = dict(lpips=float(d.mean()), lpips_model=lpips_model.label)                  # PSNR: rec.psnr
     if 'depth_prior' in rec.info: info['depth_prior'] = rec.info['depth_prior']        # what shaped the geometry, if not the video alone
     return float((1 - d.mean()).clamp(0, 1)), info
 
+# %% ../nbs/08a_rewards.ipynb #2499d5d6
+def _inter_len(n:int) -> int:
+    "Interpolated poses per camera pair on the release's `extend` path (`gs_renderer.py:212-217`)."
+    il = 8
+    if (n - 1)*il > 24*18: il = max(1, 24*10//(n - 1))
+    if (n - 1)*il < 24*2: il = max(1, 24*2//(n - 1))
+    return il
+
+def _smooth_path(P:torch.Tensor, k:int=50) -> torch.Tensor: # [N,4,4]
+    "The release's path stabiliser: Gaussian-smooth the x, y axes and the centre (reflect padding), re-orthonormalise."
+    n = len(P)
+    if n <= 1: return P.clone()
+    k = min(k + (k % 2 == 0), n if n % 2 else n - 1)
+    k = max(k, 3) if n >= 3 else k
+    sig = 0.3*((k - 1)*0.5 - 1) + 0.8                                          # OpenCV's sigma for ksize k
+    w = torch.exp(-(torch.arange(k, dtype=P.dtype) - (k - 1)/2)**2/(2*sig**2)); w = w/w.sum()
+    cols = torch.stack([P[:, :3, 0], P[:, :3, 1], P[:, :3, 3]], 1).reshape(n, 9).T[:, None]   # [9,1,N]
+    sm = torch.nn.functional.conv1d(torch.nn.functional.pad(cols, (k//2, k//2), mode='reflect'), w.view(1, 1, -1))[:, 0].T.reshape(n, 3, 3)
+    r1, r2 = torch.nn.functional.normalize(sm[:, 0], dim=-1), torch.nn.functional.normalize(sm[:, 1], dim=-1)
+    out = torch.eye(4, dtype=P.dtype).repeat(n, 1, 1)
+    out[:, :3, 0], out[:, :3, 1], out[:, :3, 2], out[:, :3, 3] = r1, r2, torch.linalg.cross(r1, r2), sm[:, 2]
+    return out
+
+def release_render_path(c2w:torch.Tensor) -> torch.Tensor: # [F,4,4] estimated cameras
+    "The release's S_recon render path up to its splice: eased pairwise interpolation, then smoothing."
+    import roma
+    F = len(c2w)
+    if F > 121: raise NotImplementedError(f"the release's path splices a wander into the first {F} frames beyond 121; got {F}")
+    il, P = _inter_len(F), c2w.double()
+    if il > 2:
+        t = (torch.cos(torch.pi*(torch.linspace(0, 1, il, dtype=torch.float64) + 1)) + 1)/2
+        q = roma.rotmat_to_unitquat(P[:, :3, :3])
+        seg = []
+        for i in range(F - 1):
+            S = torch.eye(4, dtype=torch.float64).repeat(il, 1, 1)
+            S[:, :3, :3] = roma.unitquat_to_rotmat(roma.unitquat_slerp(q[i], q[i + 1], t))
+            S[:, :3, 3] = P[i, :3, 3] + t[:, None]*(P[i + 1, :3, 3] - P[i, :3, 3])
+            seg.append(S if i == 0 else S[1:])
+        P = torch.cat(seg)
+    return _smooth_path(P)
+
 # %% ../nbs/08a_rewards.ipynb #e7c36828
 def s_traj(rec, traj:Trajectory, form:str='release', **kw) -> tuple[float, dict]: # a Reconstruction; the commanded path
     "S_traj of the camera path the video shows (`rec.video_c2w`) against the commanded one; NaN with a reason when it cannot score."
+    if kw.get('align') == 'release' and traj.note == NO_CAMERA_PHRASE:       # the release has no trajectory and scores 0
+        return 0.0, dict(alignment='no camera phrase: 0, as reward_3d_backend.py:547-549')
     if not rec.ok: return math.nan, dict(reason=f"reconstruction failed: {rec.reason}")
     est = rec.video_c2w
     if not torch.isfinite(est).all(): return math.nan, dict(reason=f"camera tracking failed: {rec.info.get('track_reason', 'non-finite poses')}")
@@ -129,7 +175,7 @@ def meta_view(rec, kind:str='paper', back:float=0.5, up:float=0.1) -> torch.Tens
     return c2w[0] @ off
 
 def parse_meta_score(reply, scoring:str='integer') -> tuple[float, str]: # a judge.JudgeReply
-    "A [0,1] score from the judge's reply: 'integer' (first digit x 0.1) or 'expectation' (digit probabilities, / 9)."
+    "A [0,1] score from the reply: 'integer' (first digit / 9), 'paper' (first digit x 0.1) or 'expectation' (digit probabilities, / 9)."
     if not reply.ok: return math.nan, f"judge failed: {reply.error}"
     if scoring == 'expectation' and reply.top_logprobs:
         for tok, top in zip(reply.tokens, reply.top_logprobs):
@@ -138,9 +184,9 @@ def parse_meta_score(reply, scoring:str='integer') -> tuple[float, str]: # a jud
                 p = torch.softmax(torch.tensor(list(digits.values()), dtype=torch.float64), 0)
                 return float((p*torch.tensor(list(digits), dtype=torch.float64)).sum()/9), ''
         return math.nan, f"no digit token in the reply {reply.text!r}"
-    if scoring not in ('integer', 'expectation'): raise ValueError(f"scoring must be 'integer' or 'expectation', got {scoring!r}")
+    if scoring not in ('integer', 'paper', 'expectation'): raise ValueError(f"scoring must be 'integer', 'paper' or 'expectation', got {scoring!r}")
     m = re.search(r'\d', reply.text)
-    return (int(m.group())*0.1, '') if m else (math.nan, f"no digit in the reply {reply.text!r}")
+    return (int(m.group())*(0.1 if scoring == 'paper' else 1/9), '') if m else (math.nan, f"no digit in the reply {reply.text!r}")
 
 # %% ../nbs/08a_rewards.ipynb #b13c6dd3
 def s_meta(rec, judge, view:str='paper', scoring:str='integer', background=(0.5, 0.5, 0.5)) -> tuple[float, dict]:
@@ -172,6 +218,31 @@ def hpsv3_scorer(device:str='cuda', checkpoint:str|None=None): # checkpoint: a l
     fn.label = 'HPSv3'
     return fn
 
+def hpsv2_scorer(device:str='cuda', checkpoint:str|None=None): # checkpoint: a local HPS_v2.1_compressed.pt (default: the hub's)
+    "HPSv2.1, the release's R_gen model (`reward_server/general_reward.py:43`), loaded once: `fn(pil_images, prompts) -> scores`."
+    try: from hpsv2.src.open_clip import create_model_and_transforms, get_tokenizer
+    except ImportError as e:
+        raise ImportError("R_gen with HPSv2.1 needs hpsv2: pip install 'worldlab[hpsv2]' (or serve it with `worldlab-rewards "
+                          "--rgen hpsv2`), or pass rgen='standin' for a labelled CPU stand-in") from e
+    model, _, preprocess = create_model_and_transforms('ViT-H-14', None, precision='amp' if 'cuda' in str(device) else 'fp32',
+        device=device, jit=False, force_quick_gelu=False, force_custom_text=False, force_patch_dropout=False, force_image_size=None,
+        pretrained_image=False, image_mean=None, image_std=None, light_augmentation=True, aug_cfg={}, output_dict=True,
+        with_score_predictor=False, with_region_predictor=False)       # the arguments of hpsv2.img_score, without its open_clip download
+    if checkpoint is None:
+        from huggingface_hub import hf_hub_download
+        checkpoint = hf_hub_download('xswu/HPSv2', 'HPS_v2.1_compressed.pt')
+    model.load_state_dict(torch.load(checkpoint, map_location=device)['state_dict']); model.eval()
+    tokenizer = get_tokenizer('ViT-H-14')
+    def fn(images, prompts):
+        out = []
+        for im, p in zip(images, prompts):                             # one image at a time, as hpsv2.score does
+            with torch.no_grad(), torch.autocast('cuda', enabled='cuda' in str(device)):
+                o = model(preprocess(im).unsqueeze(0).to(device), tokenizer([p]).to(device))
+                out.append(float((o['image_features'] @ o['text_features'].T).diagonal()[0]))
+        return out
+    fn.label = 'HPSv2.1'
+    return fn
+
 def standin_quality_scorer():
     "NOT HPSv3: a CPU stand-in (mean of saturated contrast, colourfulness and sharpness, in [0,1]) for plumbing runs, labelled as such."
     def fn(images, prompts):
@@ -186,14 +257,25 @@ def standin_quality_scorer():
     fn.label = 'STAND-IN quality score (not HPSv3)'
     return fn
 
-def r_gen_reward(scorer, first_k:int=4): # from hpsv3_scorer or standin_quality_scorer
-    "R_gen: the scorer's mean over the first K frames of each video."
+def _jpeg(im):
+    "The image after a JPEG round trip (PIL's default quality), as the release sends frames to its reward servers."
     from PIL import Image
+    buf = io.BytesIO(); im.save(buf, format='JPEG'); return Image.open(io.BytesIO(buf.getvalue())).convert('RGB')
+
+def r_gen_reward(scorer, first_k:int=4, # from hpsv3_scorer, hpsv2_scorer or standin_quality_scorer
+                 frames:str='first', # first: mean over the first K frames | random: one random frame for the whole batch (release)
+                 jpeg:bool=False, seed:int|None=None): # jpeg: score JPEG round trips, as the release's service does
+    "R_gen: the scorer's mean over the first K frames of each video (or the release's one random frame)."
+    from PIL import Image
+    if frames not in ('first', 'random'): raise ValueError(f"frames must be 'first' or 'random', got {frames!r}")
+    rng = random.Random(seed)
     def fn(videos, prompts, metas):
         scores = []
+        sel = slice(0, first_k) if frames == 'first' else slice(t := rng.randint(0, videos.shape[1] - 1), t + 1)
         for v, p in zip(videos, prompts):
-            frames = [Image.fromarray((f.clamp(0, 1)*255).round().byte().permute(1, 2, 0).cpu().numpy()) for f in v[:first_k]]
-            s = scorer(frames, [p]*len(frames))
+            frames_ = [Image.fromarray((f.clamp(0, 1)*255).round().byte().permute(1, 2, 0).cpu().numpy()) for f in v[sel]]
+            frames_ = [_jpeg(f) for f in frames_] if jpeg else frames_
+            s = scorer(frames_, [p]*len(frames_))
             scores.append(float(np.mean(s)))
         return torch.tensor(scores, dtype=torch.float64), dict(model=[scorer.label]*len(videos))
     return fn
@@ -211,15 +293,16 @@ def _per_video(videos, prompts, metas, score_one):
 
 def reward_3d(cache:ReconCache, lpips_model=None, judge=None, # judge: None leaves S_meta unscored (NaN)
               parts:dict|None=None, # weights of s_meta, s_recon, s_traj (World-R1: 1 each)
-              traj_form:str='release', meta_view_kind:str='paper', meta_scoring:str='integer'):
+              traj_form:str='release', meta_view_kind:str='paper', meta_scoring:str='integer',
+              traj_align:str='worldlab', recon_path:str='cameras'): # see metrics.s_traj(align=) and s_recon(path=)
     "R_3D = S_meta + S_recon + S_traj from one shared reconstruction per video."
     parts = parts or dict(s_meta=1.0, s_recon=1.0, s_traj=1.0)
     def one(video, prompt, meta):
         traj = commanded_trajectory(prompt, meta, *video.shape[:1], *video.shape[2:])
         rec = cache(video, traj)
         got, info = {}, dict(recon_psnr=rec.psnr if rec.ok else math.nan)
-        if parts.get('s_recon', 0): got['s_recon'], sub = s_recon(video, rec, lpips_model); info |= {f's_recon/{k}': v for k, v in sub.items()}
-        if parts.get('s_traj', 0): got['s_traj'], sub = s_traj(rec, traj, traj_form); info |= {f's_traj/{k}': v for k, v in sub.items() if not isinstance(v, (dict, list))}
+        if parts.get('s_recon', 0): got['s_recon'], sub = s_recon(video, rec, lpips_model, recon_path); info |= {f's_recon/{k}': v for k, v in sub.items()}
+        if parts.get('s_traj', 0): got['s_traj'], sub = s_traj(rec, traj, traj_form, **({'align': traj_align} if traj_form == 'release' else {})); info |= {f's_traj/{k}': v for k, v in sub.items() if not isinstance(v, (dict, list))}
         if parts.get('s_meta', 0):
             if judge is None: got['s_meta'], sub = math.nan, dict(reason='no judge for S_meta (pass judge=, or set its part weight to 0)')
             else: got['s_meta'], sub = s_meta(rec, judge, meta_view_kind, meta_scoring)
@@ -231,17 +314,22 @@ def reward_3d(cache:ReconCache, lpips_model=None, judge=None, # judge: None leav
 def make_rewards(recon_backend:str='fit', lpips:str='imagenet', judge=None, rgen:str|None=None, # rgen: 'hpsv3', 'standin' or None
                  first_k:int=4, device:str='cpu', recon_opts:dict|None=None, cache:ReconCache|None=None,
                  parts:dict|None=None, # R_3D's components (None: World-R1's s_meta + s_recon + s_traj)
+                 form:str='worldlab', # worldlab | release: the released reward's S_traj, S_recon path, meta view, S_meta scoring, R_gen frame
                  **kw) -> dict:
     "The reward registry World-R1 trains with: s_recon, s_traj, s_meta, reward_3d and (with `rgen`) reward_general."
+    if form not in ('worldlab', 'release'): raise ValueError(f"form must be 'worldlab' or 'release', got {form!r}")
+    if form == 'release': kw = dict(traj_form='release', traj_align='release', recon_path='release', meta_view_kind='release',
+                                    meta_scoring='expectation') | kw
     cache = cache or ReconCache(recon_backend, **(recon_opts or {}))
     lp = load_lpips(lpips, device)
     out = {'reward_3d': reward_3d(cache, lp, judge, parts=parts, **kw),
            's_recon': reward_3d(cache, lp, judge, parts=dict(s_recon=1.0), **kw),
            's_traj': reward_3d(cache, lp, judge, parts=dict(s_traj=1.0), **kw),
            's_meta': reward_3d(cache, lp, judge, parts=dict(s_meta=1.0), **kw)}
-    if rgen == 'hpsv3': out['reward_general'] = r_gen_reward(hpsv3_scorer(device), first_k)
-    elif rgen == 'standin': out['reward_general'] = r_gen_reward(standin_quality_scorer(), first_k)
-    elif rgen is not None: raise ValueError(f"rgen must be 'hpsv3', 'standin' or None, got {rgen!r}")
+    how = dict(frames='random', jpeg=True) if form == 'release' else {}
+    scorers = dict(hpsv3=hpsv3_scorer, hpsv2=hpsv2_scorer, standin=lambda device: standin_quality_scorer())
+    if rgen in scorers: out['reward_general'] = r_gen_reward(scorers[rgen](device), first_k, **how)
+    elif rgen is not None: raise ValueError(f"rgen must be 'hpsv3', 'hpsv2', 'standin' or None, got {rgen!r}")
     return out
 
 # %% ../nbs/08a_rewards.ipynb #ab2f1010
@@ -381,7 +469,8 @@ def serve_main(argv=None):
     ap.add_argument('--port', type=int, default=8765, help='port to listen on')
     ap.add_argument('--recon', default='fit', help="reconstruction backend: fit (CPU) or da3 (GPU)")
     ap.add_argument('--lpips', default='imagenet', help="LPIPS trunk: imagenet, or random (plumbing only, labelled)")
-    ap.add_argument('--rgen', default=None, help="hpsv3 or standin (labelled); needed to serve reward_general")
+    ap.add_argument('--rgen', default=None, help="hpsv3, hpsv2 (the release's HPSv2.1) or standin (labelled); needed to serve reward_general")
+    ap.add_argument('--form', default='worldlab', help="worldlab, or release: the released reward's math (see make_rewards)")
     ap.add_argument('--judge', default='', help="an OpenAI-compatible base URL for S_meta (e.g. a vllm serve endpoint)")
     ap.add_argument('--judge-model', default='Qwen2.5-VL-7B-Instruct', help='the model name the judge endpoint serves')
     ap.add_argument('--device', default='cpu', help='torch device of the reward models')
@@ -392,7 +481,7 @@ def serve_main(argv=None):
         from worldlab.judge import OpenAIBackend
         judge = OpenAIBackend(a.judge, a.judge_model)
     if a.depth_prior and a.recon != 'fit': ap.error("--depth-prior is an option of the fit backend (DA3 has its own depth)")
-    reg = make_rewards(a.recon, a.lpips, judge, a.rgen, device=a.device,
+    reg = make_rewards(a.recon, a.lpips, judge, a.rgen, device=a.device, form=a.form,
                        recon_opts=dict(depth_prior=a.depth_prior) if a.depth_prior else None)
     names = [n for n in a.rewards.split(',') if n]
     missing = [n for n in names if n not in reg]

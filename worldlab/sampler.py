@@ -11,7 +11,8 @@ from dataclasses import dataclass, field
 import torch
 
 # %% auto #0
-__all__ = ['sde_std', 'sde_step', 'Rollout', 'sample', 'logprob']
+__all__ = ['sde_std', 'sde_step', 'release_std', 'release_step', 'unipc_scheduler', 'release_sample', 'Rollout', 'sample',
+           'logprob']
 
 # %% ../nbs/11a_sampler.ipynb #d9c52038
 def sde_std(sigma:torch.Tensor, sigma_second:torch.Tensor|float, noise_level:float, near_one:float=1e-3) -> torch.Tensor:
@@ -39,6 +40,55 @@ def sde_step(v:torch.Tensor, x:torch.Tensor, # velocity and latents [B,...]
     z = (next_sample.detach() - mean)/std
     return next_sample, -0.5*z.square().mean(dims) - const, mean, std
 
+# %% ../nbs/11a_sampler.ipynb #a5e5db95
+def release_std(sigma:float, sigma_max:float, sigma_min:float) -> float:
+    "The release's Wan std `σ_min + (σ_max − σ_min)·σ` (before the `√−dt` of the step)."
+    return sigma_min + (sigma_max - sigma_min)*sigma
+
+def release_step(v:torch.Tensor, x:torch.Tensor, # velocity and latents [B,...]
+                 sigma:float, sigma_next:float, sigma_max:float, sigma_min:float,
+                 next_sample:torch.Tensor): # the rollout's next latents (UniPC's, after any injection)
+    "`(log_prob [B], mean, std)` of `next_sample` as the release scores it: Euler mean, `release_std·√−dt`."
+    dt = sigma_next - sigma
+    std = release_std(sigma, sigma_max, sigma_min)*math.sqrt(-dt)
+    mean = x.float() + dt*v.float()
+    lp = -(next_sample.detach().float() - mean)**2/(2*(std**2 + 1e-12)) - math.log(std + 1e-12) - 0.5*math.log(2*math.pi)
+    return lp.mean(dim=tuple(range(1, x.ndim))), mean, std
+
+# %% ../nbs/11a_sampler.ipynb #49fa0a83
+def unipc_scheduler(policy, num_steps:int):
+    "A fresh UniPC scheduler set to `num_steps`: the policy's own (Wan2.1's), else one with its flow shift."
+    from diffusers import UniPCMultistepScheduler
+    s = policy.pipe.scheduler
+    cfg = s.config if isinstance(s, UniPCMultistepScheduler) else dict(
+        prediction_type='flow_prediction', use_flow_sigmas=True, flow_shift=s.config.get('shift', 3.0),
+        num_train_timesteps=s.config.num_train_timesteps)
+    u = UniPCMultistepScheduler.from_config(cfg)
+    u.set_timesteps(num_steps, device='cpu')
+    return u
+
+def release_sample(policy, emb:torch.Tensor, x0:torch.Tensor, num_steps:int=20, guidance:float=1.0,
+                   neg:torch.Tensor|None=None, window:tuple[int, int]|None=None, inject=None, decode:bool=True) -> Rollout:
+    "The release's rollout: UniPC steps, each result (after injection) kept and scored by `release_step`."
+    u = unipc_scheduler(policy, num_steps)
+    sig, ts = u.sigmas.float(), u.timesteps
+    lo, hi = window or (0, num_steps)
+    x, keep_x, keep_s, keep_lp, steps = x0, [], [], [], []
+    with torch.no_grad():
+        for i in range(num_steps):
+            v = policy.velocity(x, ts[i].to(policy.device), emb, neg, guidance)
+            nxt = u.step(v.float(), ts[i], x.float(), return_dict=False)[0]
+            nxt = inject(nxt, i) if inject is not None else nxt
+            if lo <= i < hi:
+                lp, _, _ = release_step(v, x, float(sig[i]), float(sig[i + 1]), float(sig[0]), float(sig[-1]), nxt)
+                keep_x.append(x); keep_s.append(nxt); keep_lp.append(lp); steps.append(i)
+            x = nxt
+    stack = lambda xs, like: torch.stack(xs, 1) if xs else like.new_zeros(len(like), 0, *like.shape[1:])
+    roll = Rollout(stack(keep_x, x0), stack(keep_s, x0), stack(keep_lp, x0[:, 0, 0, 0, 0]), steps, x,
+                   form='release', sigmas=sig, timesteps=ts)
+    if decode: roll.video = policy.decode(x)
+    return roll
+
 # %% ../nbs/11a_sampler.ipynb #ec850765
 @dataclass
 class Rollout:
@@ -49,13 +99,20 @@ class Rollout:
     steps: list[int]                      # schedule indices of the S SDE steps
     final: torch.Tensor                   # [B,...] final latents
     video: torch.Tensor|None = None       # [B,F,3,H,W] in [0,1]
+    form: str = 'flow_grpo'               # how the transitions are scored (see `sde_step`, `release_step`)
+    sigmas: torch.Tensor|None = None      # [N+1] the schedule the rollout used (release form: UniPC's)
+    timesteps: torch.Tensor|None = None   # [N] the model timesteps it used (release form: UniPC's)
 
 def sample(policy, emb:torch.Tensor, x0:torch.Tensor, # policy; prompt embeddings [B,L,D]; initial latents [B,...]
            num_steps:int=20, guidance:float=1.0, neg:torch.Tensor|None=None, noise_level:float=0.7,
            window:tuple[int, int]|None=None, # [start, end) of SDE steps (None: all)
            inject=None, # inject(latents, step) -> latents, after each step
-           generator:torch.Generator|None=None, decode:bool=True) -> Rollout:
+           generator:torch.Generator|None=None, decode:bool=True,
+           form:str='flow_grpo', # flow_grpo: SDE steps in the window | release: World-R1's UniPC rollout (see `release_sample`)
+          ) -> Rollout:
     "Sample latents (ODE outside the SDE window) and keep the SDE transitions."
+    if form == 'release': return release_sample(policy, emb, x0, num_steps, guidance, neg, window, inject, decode)
+    if form != 'flow_grpo': raise ValueError(f"form must be 'flow_grpo' or 'release', got {form!r}")
     sig, ts = policy.schedule(num_steps)
     lo, hi = window or (0, num_steps)
     x, keep_x, keep_s, keep_lp, steps = x0, [], [], [], []
@@ -75,11 +132,13 @@ def sample(policy, emb:torch.Tensor, x0:torch.Tensor, # policy; prompt embedding
 def logprob(policy, roll:Rollout, j:int, emb:torch.Tensor, num_steps:int, # transition j of the window
             guidance:float=1.0, neg:torch.Tensor|None=None, noise_level:float=0.7, reference:bool=False):
     "`(log_prob [B], mean, std)` of the stored sample of SDE step j under the current (or reference) weights."
-    sig, ts = policy.schedule(num_steps)
+    sig, ts = (roll.sigmas, roll.timesteps) if roll.form == 'release' else policy.schedule(num_steps)
     i = roll.steps[j]
     ctx = policy.reference() if reference else _nullcontext()
     with ctx:
         v = policy.velocity(roll.latents[:, j], ts[i], emb, neg, guidance)
+    if roll.form == 'release':
+        return release_step(v, roll.latents[:, j], float(sig[i]), float(sig[i + 1]), float(sig[0]), float(sig[-1]), roll.samples[:, j])
     _, lp, mean, std = sde_step(v, roll.latents[:, j], float(sig[i]), float(sig[i + 1]), float(sig[1]), noise_level,
                                 next_sample=roll.samples[:, j])
     return lp, mean, std

@@ -36,10 +36,11 @@ class RunConfig:
     reward_url:str = ''              # a worldlab-rewards service for the weighted rewards ('' : in process)
     recon:str = 'fit'                # in-process 3D reward: reconstruction backend (fit on CPU, da3 on GPU)
     lpips:str = 'imagenet'           # in-process S_recon: LPIPS trunk (random only for plumbing runs, labelled)
-    rgen:str = ''                    # in-process R_gen: hpsv3, standin, or mini (base mini-Wan's denoising likelihood) ('' : not available)
+    rgen:str = ''                    # in-process R_gen: hpsv3, hpsv2 (the release's), standin, or mini (base mini-Wan's denoising likelihood) ('' : not available)
     recon_opts:dict = field(default_factory=dict)   # in-process 3D reward: options of recon.reconstruct (FitConfig fields, depth_prior)
     r3d_parts:dict = field(default_factory=dict)    # R_3D's components and weights ({}: World-R1's s_meta + s_recon + s_traj)
     judge_url:str = ''               # in-process S_meta: an OpenAI-compatible VLM endpoint ('' : S_meta cannot score)
+    reward_form:str = 'worldlab'     # in-process 3D reward and R_gen: worldlab, or release (the released reward's math)
 
 def preset_params(preset:str) -> dict:
     "The fields of a settings.ini preset that a training run takes (presets also hold other notebooks' settings)."
@@ -102,7 +103,7 @@ def build_rewards(weights:dict, rc:RunConfig, policy=None) -> dict: # policy: fo
     mini = rc.rgen == 'mini'
     if mini and policy is None: raise ValueError("rgen='mini' scores with the base mini-Wan: pass the policy")
     heavy = make_rewards(rc.recon, rc.lpips, judge, None if mini else (rc.rgen or None), device=rc.device,
-                         recon_opts=dict(rc.recon_opts), parts=dict(rc.r3d_parts) or None)
+                         recon_opts=dict(rc.recon_opts), parts=dict(rc.r3d_parts) or None, form=rc.reward_form)
     if mini:
         from worldlab.miniwan import denoising_quality
         heavy['reward_general'] = denoising_quality(policy)
@@ -144,17 +145,21 @@ def train(params:dict, # TrainConfig and RunConfig fields, e.g. load_preset('tin
         save_json(dict(train=dataclasses.asdict(tc), run=dataclasses.asdict(rc), prompts=dict(main=len(main_p), dynamic=len(dyn_p)),
                        processes=trainer.acc.num_processes, sharded=trainer.sharded), run_dir/'config.json')
     def log(m):
-        pd.DataFrame([m]).to_csv(log_path, mode='a', header=not log_path.exists(), index=False)
-        if rc.sample_every and m['step'] % rc.sample_every == 0: write_sample(policy, main_p[0], tc, run_dir/f"sample_{m['step']:05d}.mp4")
+        row = pd.DataFrame([m])                                                # phases log different reward columns:
+        if log_path.exists(): row = pd.concat([pd.read_csv(log_path), row])    # rewrite under the union of the headers
+        row.to_csv(log_path.with_suffix('.tmp'), index=False); log_path.with_suffix('.tmp').replace(log_path)
+        if rc.sample_every and m['step'] % rc.sample_every == 0: write_sample(trainer, main_p[0], run_dir/f"sample_{m['step']:05d}.mp4")
     trainer.fit(rc.steps, rc.checkpoint_every, log=log, progress=progress)
     return pd.read_csv(log_path).drop_duplicates('step', keep='last') if log_path.exists() else pd.DataFrame()
 
-def write_sample(policy, prompt:str, tc:TrainConfig, path:Path):
-    "One ODE sample of `prompt` from a fixed noise, as an mp4 (to watch training progress)."
+def write_sample(trainer:Trainer, prompt:str, path:Path):
+    "One ODE sample of `prompt` from the trainer's camera noise (fixed seed, its injection and guidance), as an mp4."
     from worldlab.sampler import sample
+    policy, tc = trainer.policy, trainer.cfg
     with torch.no_grad():
-        x0 = torch.randn(1, *policy.latent_shape(tc.num_frames, tc.height, tc.width), generator=torch.Generator().manual_seed(tc.seed))
-        v = sample(policy, policy.encode([prompt]), x0.to(policy.device), tc.num_steps, noise_level=0.0).video[0]
+        x0, inject = trainer.initial_noise(prompt, 0, n=1, seed=tc.seed)       # the same noise at every step: progress is comparable
+        v = sample(policy, policy.encode([prompt]), x0.to(policy.device), tc.num_steps, tc.guidance_scale, trainer.neg,
+                   noise_level=0.0, inject=inject).video[0]
     write_video(path, to_uint8(v.float().cpu()), fps=8)
 
 def plot_training(hist:pd.DataFrame):

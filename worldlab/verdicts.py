@@ -166,15 +166,14 @@ def parse_verdict(text:str|None) -> tuple[ChunkVerdict|None, str|None]:
 # %% ../nbs/10a_verdicts.ipynb #6c1178a6
 SIDE = {'A': 'left', 'B': 'right', 'Tie': 'tie'}
 
-def majority(votes:list) -> str|None:
-    "'A' or 'B' when it strictly leads, 'Tie' otherwise, None when there are no votes."
+def majority(votes:list) -> str:
+    "'A' or 'B' when it strictly leads, 'Tie' otherwise (no votes too, as WorldReward's `aggregate.majority`)."
     votes = [v for v in votes if v in ('A', 'B', 'Tie')]
-    if not votes: return None
     a, b = votes.count('A'), votes.count('B')
     return 'A' if a > b else 'B' if b > a else 'Tie'
 
 def vote(verdicts:list[ChunkVerdict]) -> dict:
-    "Video-level verdict per axis: 'left', 'right', 'tie', or None when no chunk gave a vote."
+    "Video-level verdict per axis: 'left', 'right' or 'tie' (also when no chunk gave a vote)."
     act = majority([v.action_overall for v in verdicts])
     if act == 'Tie':
         tb = majority([w for v in verdicts for w in v.actions])
@@ -217,7 +216,7 @@ def judge_chunks(records:list[dict], # chunk records from `render_pairs` / `rend
     attempts = Counter()
     for round_ in range(retries + 1):
         if not pending: break
-        reqs = [JudgeRequest([folder(r)/n for n in IMAGE_NAMES], chunk_prompt(r['caption'], r['action_labels'])) for r in pending]
+        reqs = [JudgeRequest([folder(r)/n for n in IMAGE_NAMES], chunk_prompt(r['caption'], r['action_texts'])) for r in pending]
         replies = judge.generate(reqs, max_tokens=max_tokens, logprobs=logprobs)
         still = []
         for r, rep in zip(pending, replies):
@@ -275,9 +274,10 @@ def score_bench(labels:dict[str, dict], # pair_id -> {'label': {axis: left/right
         row = {'slice': name, 'pairs': len(ids)}
         for a in AXES:
             if not modelled[a]: row[a] = row[f'{a} (non-tie)'] = '--'; continue
-            for suffix, keep in (('', lambda i: True), (' (non-tie)', lambda i: labels[i]['label'][a] != 'tie')):
-                sel = [i for i in ids if keep(i)]
-                row[a + suffix] = round(100*sum(predictions[i].get(a) == labels[i]['label'][a] for i in sel)/len(sel), 2) if sel else '--'
+            truth = {i: (labels[i].get('label') or {}).get(a) for i in ids}   # null or absent: not labelled, left out
+            for suffix, keep in (('', lambda i: True), (' (non-tie)', lambda i: truth[i] != 'tie')):
+                sel = [i for i in ids if truth[i] in ('left', 'right', 'tie') and keep(i)]
+                row[a + suffix] = round(100*sum(predictions[i].get(a) == truth[i] for i in sel)/len(sel), 2) if sel else '--'
         rows.append(row)
     scored = [i for i in labels if i in predictions]
     add('all', scored)
