@@ -177,6 +177,7 @@ d = { 'settings': {'branch': 'main', 'doc_baseurl': '/', 'doc_host': '', 'git_ur
                                'worldlab.docs.source_key': ('docs.html#source_key', 'worldlab/docs.py'),
                                'worldlab.docs.static_outputs': ('docs.html#static_outputs', 'worldlab/docs.py'),
                                'worldlab.docs.strip_directives': ('docs.html#strip_directives', 'worldlab/docs.py'),
+                               'worldlab.docs.widget_outputs': ('docs.html#widget_outputs', 'worldlab/docs.py'),
                                'worldlab.docs.write_project': ('docs.html#write_project', 'worldlab/docs.py')},
             'worldlab.flow': { 'worldlab.flow.apply_homography': ('flow.html#apply_homography', 'worldlab/flow.py'),
                                'worldlab.flow.clamp_flow': ('flow.html#clamp_flow', 'worldlab/flow.py'),
