@@ -272,7 +272,7 @@ def render_readme(nb_path:str|Path) -> str:
 
 # %% ../nbs/00a_runs.ipynb #63adce68
 def _parser() -> argparse.ArgumentParser:
-    ap = argparse.ArgumentParser(prog='worldlab', description='worldlab: run notebooks, presets and README.')
+    ap = argparse.ArgumentParser(prog='worldlab', description='worldlab: run notebooks, presets, README and the documentation site.')
     sub = ap.add_subparsers(dest='cmd', required=True)
     r = sub.add_parser('run', help='execute nbs/runs/NAME.ipynb (or nbs/tutorials/NAME.ipynb) with papermill')
     r.add_argument('name', nargs='?', help='run notebook name (see --list)')
@@ -289,6 +289,16 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument('name', nargs='?')
     m = sub.add_parser('readme', help='write README.md from nbs/index.ipynb')
     m.add_argument('--check', action='store_true', help='exit 1 if README.md is out of date instead of writing')
+    d = sub.add_parser('docs', help='build the documentation site from the notebooks (executed for it) into _docs/site/')
+    d.add_argument('--only', nargs='+', metavar='PAGE', help="build these pages only: names or globs (01_camera 'runs/*'); the index is always in")
+    d.add_argument('--out', help='where the site goes (default: <project>/_docs/site)')
+    d.add_argument('--nbs', help='notebooks folder (default: <project>/nbs)')
+    d.add_argument('--jobs', type=int, default=1, help='notebooks executed at once (default 1)')
+    d.add_argument('--timeout', type=int, default=600, help='seconds a cell may take (default 600)')
+    d.add_argument('--no-cache', action='store_true', help='execute every notebook again, even when nothing it depends on changed')
+    d.add_argument('--repo-url', help='the repository on GitHub (https://github.com/OWNER/worldlab): pages link to their notebook there')
+    d.add_argument('--strict', action='store_true', help='exit 1 when a notebook fails to execute (default: its page says so)')
+    d.add_argument('--check', action='store_true', help='then open every page in headless Chromium; screenshots and report in outputs/docs/<run-id>/')
     return ap
 
 def _print_runs(nbs):
@@ -329,6 +339,9 @@ def main(argv:list[str]|None=None) -> int:
                 return 1
             dest.write_text(md); print(f"wrote {dest}")
             return 0
+        if a.cmd == 'docs':
+            from .docs import docs_main                     # Sphinx, nbclient and the library load only here
+            return docs_main(a)
         if a.list: _print_runs(a.nbs); return 0
         if not a.name: print("worldlab run: give a run name, or --list", file=sys.stderr); return 2
         if a.force and not a.run_id: print("worldlab run: --force goes with --run-id ID", file=sys.stderr); return 2
