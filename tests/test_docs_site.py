@@ -4,7 +4,7 @@ every figure present and not blank, plotly figures drawn with their traces, sear
 
 Tests marked `browser` need Chromium: `.ci/run` installs it; elsewhere `apt-get install -y chromium` (or set
 WORLDLAB_CHROMIUM). Without one they are skipped, except under CI, where that is a failure."""
-import html, io, json, os, re, shutil, subprocess, sys
+import contextlib, html, io, json, os, re, shutil, subprocess, sys
 from pathlib import Path
 
 import nbformat
@@ -18,6 +18,22 @@ WORLDLAB = Path(sys.executable).parent/'worldlab'
 LESSONS = ['00b_docs', '01_camera', '02_flow', 'runs/make_prompts']     # a video; 3D plotly and a table; math; a run's saved figure
 PAGES = ['index.html'] + [f'{p}.html' for p in LESSONS]
 browser = pytest.mark.browser
+
+
+@contextlib.contextmanager
+def site_page(site:Path, chromium:str, path:str, **page_opts):
+    "A page of the built site, served on loopback and opened in headless Chromium."
+    from playwright.sync_api import sync_playwright
+    from worldlab.docs import CHROMIUM_ARGS, _serve
+    srv = _serve(site)
+    try:
+        with sync_playwright() as p:
+            b = p.chromium.launch(executable_path=chromium, args=CHROMIUM_ARGS)
+            page = b.new_page(**page_opts)
+            page.goto(f'http://127.0.0.1:{srv.server_address[1]}/{path}')
+            yield page
+            b.close()
+    finally: srv.shutdown()
 
 
 @pytest.fixture(scope='module')
@@ -70,23 +86,14 @@ def test_every_figure_is_present_and_not_blank(reports):
 
 @browser
 def test_plotly_figures_are_drawn_and_interactive(site, chromium):
-    from playwright.sync_api import sync_playwright
-    from worldlab.docs import CHROMIUM_ARGS, _serve
-    srv = _serve(site)
-    try:
-        with sync_playwright() as p:
-            b = p.chromium.launch(executable_path=chromium, args=CHROMIUM_ARGS)
-            page = b.new_page(viewport=dict(width=1280, height=900))
-            page.goto(f'http://127.0.0.1:{srv.server_address[1]}/02_flow.html')
-            page.wait_for_function("() => document.querySelector('div.wl-plotly')?._fullLayout")
-            fig = page.locator('div.wl-plotly').first
-            assert fig.evaluate('d => d.data.length') > 0                           # the container has its traces
-            assert fig.locator('.modebar').count() == 1                             # plotly's zoom/pan/download bar
-            before = fig.evaluate("d => JSON.stringify(d._fullLayout.xaxis.range)")
-            fig.evaluate("d => Plotly.relayout(d, {'xaxis.range': [0, 1]})")       # what a zoom does
-            assert fig.evaluate("d => JSON.stringify(d._fullLayout.xaxis.range)") != before
-            b.close()
-    finally: srv.shutdown()
+    with site_page(site, chromium, '02_flow.html', viewport=dict(width=1280, height=900)) as page:
+        page.wait_for_function("() => document.querySelector('div.wl-plotly')?._fullLayout")
+        fig = page.locator('div.wl-plotly').first
+        assert fig.evaluate('d => d.data.length') > 0                           # the container has its traces
+        assert fig.locator('.modebar').count() == 1                             # plotly's zoom/pan/download bar
+        before = fig.evaluate("d => JSON.stringify(d._fullLayout.xaxis.range)")
+        fig.evaluate("d => Plotly.relayout(d, {'xaxis.range': [0, 1]})")       # what a zoom does
+        assert fig.evaluate("d => JSON.stringify(d._fullLayout.xaxis.range)") != before
 
 
 def _white_png(path:Path):
@@ -119,19 +126,10 @@ def test_the_check_fails_on_removed_or_blank_figures(site, reports, chromium, tm
 
 @browser
 def test_search_finds_a_function_on_its_lesson(site, chromium):
-    from playwright.sync_api import sync_playwright
-    from worldlab.docs import CHROMIUM_ARGS, _serve
-    srv = _serve(site)
-    try:
-        with sync_playwright() as p:
-            b = p.chromium.launch(executable_path=chromium, args=CHROMIUM_ARGS)
-            page = b.new_page()
-            page.goto(f'http://127.0.0.1:{srv.server_address[1]}/search.html?q=trajectory_from_actions')
-            page.wait_for_selector('#search-results li a', timeout=20000)
-            hrefs = page.locator('#search-results li a').evaluate_all('as => as.map(a => a.getAttribute("href"))')
-            assert any(h.startswith('01_camera.html') for h in hrefs), hrefs
-            b.close()
-    finally: srv.shutdown()
+    with site_page(site, chromium, 'search.html?q=trajectory_from_actions') as page:
+        page.wait_for_selector('#search-results li a', timeout=20000)
+        hrefs = page.locator('#search-results li a').evaluate_all('as => as.map(a => a.getAttribute("href"))')
+        assert any(h.startswith('01_camera.html') for h in hrefs), hrefs
 
 
 def test_navigation_follows_the_lesson_order(site):
