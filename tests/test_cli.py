@@ -200,8 +200,7 @@ def test_reward_and_train_help_show_defaults_names_and_fields():
     for name in ('reward_3d', 's_recon', 's_traj', 's_meta', 'reward_general'):   # World-R1's reward names
         assert name in r.stdout, name
     assert 'default: 8765' in r.stdout and 'default: fit' in r.stdout, r.stdout
-    from worldlab.grpo import TrainConfig
-    from worldlab.train import RunConfig
+    from worldlab.config import RunConfig, TrainConfig
     r = worldlab('--help', prog=BIN/'worldlab-train')
     assert r.returncode == 0, r.stderr
     missing = [f.name for f in fields(TrainConfig) + fields(RunConfig) if f.name not in r.stdout]

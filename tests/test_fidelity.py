@@ -61,15 +61,16 @@ def test_chunk_records_use_worldreward_names(tmp_path):
 def test_progress_sample_uses_the_camera_noise(tmp_path, monkeypatch):
     "The sample video of a camera-controlled run starts from the trainer's warped noise, not plain noise."
     import worldlab.sampler as S
-    from worldlab.train import train, preset_params
+    from worldlab.config import resolve
+    from worldlab.train import train
     seen, real = [], S.sample
     def spy(policy, emb, x0, *a, **k):
         if k.get('noise_level') == 0.0: seen.append(x0.detach().clone())
         return real(policy, emb, x0, *a, **k)
     monkeypatch.setattr(S, 'sample', spy)
     prompts = tmp_path/'p.txt'; prompts.write_text('Camera pan right. A red cube on a chequered floor.\n')
-    params = preset_params('tiny') | dict(height=64, width=64, num_frames=9, num_steps=2, group_size=2, prompts_per_batch=1,
-                                          steps=1, sample_every=1, prompts=str(prompts), injection='init', noise_degradation=0.1)
+    params = resolve('tiny', dict(height=64, width=64, num_frames=9, num_steps=2, group_size=2, prompts_per_batch=1,
+                                 steps=1, sample_every=1, prompts=str(prompts), injection='init', noise_degradation=0.1))
     train(params, tmp_path/'run', progress=False)
     assert len(seen) == 1
     x = seen[0][0]                                         # [C,T,h,w]: a pan moves latent frame 1 sideways against frame 0
@@ -84,13 +85,14 @@ CHEAP_RECON = {"depth_prior": "procedural", "stride": 4, "coarse_steps": 4, "fin
 
 def test_release_preset_runs_on_the_tiny_twin(tmp_path):
     "wan2.1-1.3b-release with the tiny Wan, CPU sizes and CPU reward models: its release math runs end to end."
-    from worldlab.train import train, preset_params
+    from worldlab.config import resolve
+    from worldlab.train import train
     prompts = tmp_path/'p.txt'
     prompts.write_text('Camera orbit left, then push in, then pan right. A stone arch.\nCamera move right. A harbour.\n')
-    params = preset_params('wan2.1-1.3b-release') | dict(
+    params = resolve('wan2.1-1.3b-release', dict(
         model='tiny', device='cpu', dtype='fp32', height=32, width=32, num_frames=9, num_steps=4, guidance_scale=1.0,
         prompts_per_batch=1, steps=2, main_steps=1, dynamic_steps=1, prompts=str(prompts), recon='fit', lpips='random',
-        rgen='standin', recon_opts=CHEAP_RECON, r3d_parts={'s_recon': 1, 's_traj': 1}, ema=0.0)
+        rgen='standin', recon_opts=CHEAP_RECON, r3d_parts={'s_recon': 1, 's_traj': 1}, ema=0.0))
     hist = train(params, tmp_path/'run', progress=False)
     assert list(hist.phase) == ['main', 'dynamic']
     assert hist['reward/reward_3d'].notna().iloc[0] and hist['reward/reward_general'].notna().all()
@@ -314,10 +316,11 @@ def test_hpsv2_loader(monkeypatch):
 
 def test_training_log_keeps_columns_across_phases(tmp_path):
     "A phase that logs fewer reward columns than the first must not shift its values into other columns."
-    from worldlab.train import train, preset_params
-    params = preset_params('tiny') | dict(height=32, width=32, num_frames=5, num_steps=2, group_size=2, prompts_per_batch=1,
-                                          steps=2, main_steps=1, dynamic_steps=1, reward_weights={'red': 1.0, 'green': 1.0},
-                                          dynamic_reward_weights={'green': 1.0})
+    from worldlab.config import resolve
+    from worldlab.train import train
+    params = resolve('tiny', dict(height=32, width=32, num_frames=5, num_steps=2, group_size=2, prompts_per_batch=1,
+                                 steps=2, main_steps=1, dynamic_steps=1, reward_weights={'red': 1.0, 'green': 1.0},
+                                 dynamic_reward_weights={'green': 1.0}))
     hist = train(params, tmp_path/'run', progress=False)
     assert list(hist.phase) == ['main', 'dynamic']
     assert hist['reward/green'].notna().all() and np.isnan(hist['reward/red'].iloc[1])

@@ -11,13 +11,15 @@ from pathlib import Path
 
 import numpy as np
 import torch
+from fastcore.basics import patch
 
 from .camera import trajectory_from_prompt, NO_CAMERA_PHRASE
+from .config import TrainConfig
 from .sampler import sample, logprob
 from .warp import camera_noise, inject_init, stepwise_delta
 
 # %% auto #0
-__all__ = ['group_advantages', 'grpo_loss', 'kl_to_reference', 'PeriodicSchedule', 'TrainConfig', 'shard_transformer', 'Trainer']
+__all__ = ['group_advantages', 'grpo_loss', 'kl_to_reference', 'PeriodicSchedule', 'shard_transformer', 'Trainer']
 
 # %% ../nbs/12_grpo.ipynb #5dc61f72
 from .rewards import channel_mean_reward, compose_rewards, target_image_reward
@@ -89,48 +91,7 @@ class PeriodicSchedule:
     def rewards(self, step:int) -> dict:
         return self.main_rewards if self.phase(step) == 'main' else self.dynamic_rewards
 
-# %% ../nbs/12_grpo.ipynb #dcbe8033
-@dataclass
-class TrainConfig:
-    "Everything a GRPO run needs to know (the presets in settings.ini fill it)."
-    height:int = 32; width:int = 32; num_frames:int = 9          # video size (frames 4k+1)
-    num_steps:int = 6                                            # denoising steps per sample
-    guidance_scale:float = 1.0                                   # classifier-free guidance (1: off)
-    group_size:int = 4                                           # G: videos per prompt
-    prompts_per_batch:int = 2                                    # prompts per GRPO step (global, all processes)
-    noise_level:float = 0.7
-    sde_window:int = 0                                           # SDE steps per sample (0: the whole schedule)
-    timestep_fraction:float = 1.0                                # share of the window's steps trained on
-    learning_rate:float = 1e-4
-    beta:float = 0.0                                             # KL weight
-    clip_range:float = 1e-3
-    adv_clip_max:float = 5.0
-    per_prompt_stat_tracking:bool = True
-    adv_ddof:int = 1                                             # group std: 1 unbiased | 0 population (both releases)
-    adv_mean:str = 'group'                                       # group | batch (the release without per-prompt tracking)
-    zero_std:str = 'mask'                                        # mask: zero-std groups out of loss and KL | keep (release)
-    sde_form:str = 'flow_grpo'                                   # flow_grpo SDE | release: UniPC rollouts scored about an Euler mean
-    timestep_rounding:str = 'round'                              # trained steps = round | floor (release) of fraction x window
-    chain_timing:str = 'even'                                    # camera chains: even | release (ceil(F/n) frames a segment)
-    orbit_centre:str = 'ahead'                                   # orbits: ahead (about the subject) | release (centre behind)
-    max_grad_norm:float = 1.0
-    lora_rank:int = 8; lora_alpha:int = 16
-    lora_targets:tuple = ('to_q', 'to_k', 'to_v', 'to_out.0')      # transformer modules that get the adapter
-    ema:float = 0.0                                              # EMA decay of the adapter (0: off)
-    injection:str = 'stepwise_delta'                             # init | stepwise_delta | none
-    wrap_strength:float = 0.35; delta_steps:int = 8; delta_kernel:int = 9; noise_degradation:float = 0.35
-    warp_method:str = 'integral'
-    main_steps:int = 100; dynamic_steps:int = 0
-    reward_weights:dict = field(default_factory=lambda: {'reward': 1.0})
-    dynamic_reward_weights:dict|None = None                      # default: main weights with reward_3d set to 0
-    fsdp:bool = False                                            # shard the transformer (FSDP2) over the processes (14B)
-    seed:int = 0
-
-# %% ../nbs/12_grpo.ipynb #3ef0d7e4
-def _numeric(v) -> bool:
-    "True for per-sample numbers (tensors or lists of numbers): what the metrics table can hold."
-    return torch.is_tensor(v) or (isinstance(v, (list, tuple, np.ndarray)) and all(isinstance(x, (int, float, np.floating, np.integer)) for x in v))
-
+# %% ../nbs/12_grpo.ipynb #22f8b460
 def shard_transformer(transformer, param_dtype:torch.dtype|None=None): # compute dtype (None: as stored)
     "Shard a Wan transformer over the process group with FSDP2: each block, then the root (gradients reduced in fp32)."
     from torch.distributed.fsdp import fully_shard, MixedPrecisionPolicy
@@ -150,7 +111,10 @@ def _like(full:torch.Tensor, p:torch.Tensor) -> torch.Tensor:
         return distribute_tensor(full.to(p.device, p.dtype), p.device_mesh, p.placements)
     return full.to(p.device, p.dtype).clone()
 
-def _seed(*xs) -> int: return int(np.random.SeedSequence(list(xs)).generate_state(1)[0])
+# %% ../nbs/12_grpo.ipynb #6e797ff5
+def _seed(*xs) -> int:
+    "One 32-bit seed from several integers (the run's seed, the step, the group, the purpose)."
+    return int(np.random.SeedSequence(list(xs)).generate_state(1)[0])
 
 class Trainer:
     "Flow-GRPO on a `WanPolicy`: sample groups, score, update the LoRA adapter; checkpoint and resume."
@@ -181,121 +145,6 @@ class Trainer:
         self.run_dir = Path(run_dir) if run_dir else None
         self.neg = policy.encode(['']) if cfg.guidance_scale != 1.0 else None
 
-    # -- one step, in pieces --------------------------------------------------------------------
-    def batch_prompts(self) -> tuple[str, list[str]]:
-        "The phase and the next `prompts_per_batch` prompts of its set (the data position advances)."
-        phase = self.schedule.phase(self.step)
-        ps = self.prompts[phase]
-        out = [ps[(self.pos[phase] + k) % len(ps)] for k in range(self.cfg.prompts_per_batch)]
-        self.pos[phase] += self.cfg.prompts_per_batch
-        return phase, out
-
-    def initial_noise(self, prompt:str, gidx:int, n:int|None=None, # videos (default: the group size)
-                      seed:int|None=None, # default: from the run's seed, the step and the group
-                     ) -> tuple[torch.Tensor, object]:
-        "Initial latents [n,...] for one group, and the stepwise-delta injector (or None)."
-        c, G = self.cfg, n or self.cfg.group_size
-        shape = self.policy.latent_shape(c.num_frames, c.height, c.width)
-        g = torch.Generator().manual_seed(_seed(c.seed, self.step, gidx, 1) if seed is None else seed)
-        plain = torch.randn(G, *shape, generator=g)
-        traj = self.commanded(prompt)
-        if c.injection in ('none', None) or traj.note == NO_CAMERA_PHRASE: return plain, None   # settings.ini reads `none` as None
-        warped = torch.stack([camera_noise(traj, shape[0], *self.policy.vae_scale, method=c.warp_method, degradation=c.noise_degradation, generator=g)
-                              for _ in range(G)])
-        if c.injection == 'init': return inject_init(plain, warped), None
-        if c.injection == 'stepwise_delta': return plain, stepwise_delta(plain, warped, c.wrap_strength, c.delta_steps, c.delta_kernel)
-        raise ValueError(f"injection must be init, stepwise_delta or none; got {c.injection!r}")
-
-    def commanded(self, prompt:str):
-        "The camera trajectory a prompt commands, with this run's chain timing and orbit centre."
-        c = self.cfg
-        return trajectory_from_prompt(prompt, c.num_frames, c.height, c.width, timing=c.chain_timing, orbit=c.orbit_centre)
-
-    def window(self) -> tuple[int, int]:
-        "The SDE window of this step (Flow-GRPO-Fast draws it per batch)."
-        n, w = self.cfg.num_steps, self.cfg.sde_window
-        if w <= 0 or w >= n: return 0, n
-        lo = random.Random(_seed(self.cfg.seed, self.step, 2)).randrange(0, n - w + 1)
-        return lo, lo + w
-
-    def train_step(self) -> dict:
-        "One GRPO step; returns its metrics."
-        c, acc = self.cfg, self.acc
-        t0 = time.perf_counter()
-        phase, prompts = self.batch_prompts()
-        mine = list(range(acc.process_index, len(prompts), acc.num_processes))
-        win = self.window()
-        rolls, embs = [], []
-        for gidx in mine:
-            x0, inject = self.initial_noise(prompts[gidx], gidx)
-            emb = self.policy.encode([prompts[gidx]]*c.group_size)
-            neg = self.neg.expand(c.group_size, -1, -1) if self.neg is not None else None
-            with torch.no_grad():
-                rolls.append(sample(self.policy, emb, x0, c.num_steps, c.guidance_scale, neg, c.noise_level, win,
-                                    inject, torch.Generator().manual_seed(_seed(c.seed, self.step, gidx, 3)), form=c.sde_form))
-            embs.append(emb)
-        t1 = time.perf_counter()
-        reward_fn = compose_rewards(self.schedule.rewards(self.step), self.registry)
-        rewards, info, reasons = [], {}, []
-        for gidx, r in zip(mine, rolls):
-            meta = dict(group=f'{self.step}-{gidx}', prompt=prompts[gidx], traj=self.commanded(prompts[gidx]))   # the rewards score this path
-            s, inf = reward_fn(r.video, [prompts[gidx]]*c.group_size, [meta]*c.group_size)
-            rewards.append(s)
-            for k, v in inf.items():
-                if _numeric(v): info.setdefault(k, []).append(torch.as_tensor(v, dtype=torch.float64))
-                elif k.endswith('reason'): reasons += [f"{prompts[gidx][:40]}: {x}" for x, r in zip(v, s) if x and torch.isnan(r)]
-        t2 = time.perf_counter()
-        flat = torch.cat(rewards)
-        groups = [gidx for gidx in mine for _ in range(c.group_size)]
-        A = group_advantages(flat, groups, c.per_prompt_stat_tracking, c.adv_clip_max, ddof=c.adv_ddof, mean=c.adv_mean,
-                             zero_std=c.zero_std)
-        S = win[1] - win[0]
-        k = {'round': round, 'floor': math.floor}[c.timestep_rounding](c.timestep_fraction*S)
-        train_js = list(range(S))[:max(1, k)]
-        self.opt.zero_grad(set_to_none=True)
-        stats = []
-        n_back = len(train_js)*len(rolls)
-        neg = self.neg.expand(c.group_size, -1, -1) if self.neg is not None else None
-        for ri, (r, emb) in enumerate(zip(rolls, embs)):
-            sl = slice(ri*c.group_size, (ri + 1)*c.group_size)
-            for j in train_js:                                             # one backward per timestep: bounded memory
-                lp, mean, std = logprob(self.policy, r, j, emb, c.num_steps, c.guidance_scale, neg, c.noise_level)
-                kl = None
-                if c.beta > 0:
-                    with torch.no_grad():
-                        _, mref, _ = logprob(self.policy, r, j, emb, c.num_steps, c.guidance_scale, neg, c.noise_level, reference=True)
-                    kl = kl_to_reference(mean, mref, std)
-                loss, st = grpo_loss(lp, r.logps[:, j], A['advantages'][sl], A['mask'][sl], c.clip_range, kl, c.beta)
-                (loss/n_back).backward()
-                stats.append(st)
-        if acc.num_processes > 1 and not self.sharded:                      # average gradients over processes (DDP's rule; FSDP does its own)
-            for p in self.params:
-                if p.grad is None: p.grad = torch.zeros_like(p)
-                torch.distributed.all_reduce(p.grad); p.grad /= acc.num_processes
-        gnorm = float(_full(torch.nn.utils.clip_grad_norm_(self.params, c.max_grad_norm)))
-        self.opt.step()
-        if self.ema is not None:
-            with torch.no_grad():
-                for e, p in zip(self.ema, self.params): e.mul_(c.ema).add_(p.detach(), alpha=1 - c.ema)
-        t3 = time.perf_counter()
-        parts = self._gather(dict(flat=flat, adv=A['advantages'][A['mask']], stats=stats, reasons=reasons,
-                                  info={k: torch.cat(v) for k, v in info.items()},
-                                  counts=(A['nan_rewards'], A['zero_std_groups'], A['groups'])))   # every process's share
-        flat = torch.cat([p['flat'] for p in parts]); adv = torch.cat([p['adv'] for p in parts])
-        stats = [s for p in parts for s in p['stats']]
-        nan_n, zero_n, groups_n = (sum(p['counts'][i] for p in parts) for i in range(3))
-        ok = ~torch.isnan(flat)
-        m = dict(step=self.step, phase=phase, reward_mean=float(flat[ok].mean()) if ok.any() else float('nan'),
-                 reward_std=float(flat[ok].std()) if ok.sum() > 1 else 0.0, nan_rewards=nan_n,
-                 zero_std_ratio=zero_n/max(1, groups_n), adv_abs_mean=float(adv.abs().mean()) if len(adv) else 0.0,
-                 grad_norm=gnorm, window_lo=win[0], window_hi=win[1],
-                 t_sample=t1 - t0, t_reward=t2 - t1, t_update=t3 - t2,
-                 **{k: float(np.mean([s[k] for s in stats])) for k in stats[0]},
-                 nan_reasons=' | '.join(dict.fromkeys(r for p in parts for r in p['reasons']))[:500],
-                 **{f'reward/{k}': float(torch.cat([p['info'][k] for p in parts if k in p['info']]).nanmean()) for k in parts[0]['info']})
-        self.step += 1
-        return m
-
     def _gather(self, obj) -> list:
         "`obj` from every process (one item per process, in rank order)."
         if self.acc.num_processes == 1: return [obj]
@@ -303,60 +152,235 @@ class Trainer:
         torch.distributed.all_gather_object(out, obj)
         return out
 
-    # -- checkpoints ----------------------------------------------------------------------------
-    def state(self) -> dict:
-        "Everything a resume needs, as full (unsharded) CPU tensors; call it on every process (FSDP gathers)."
-        from torch.distributed.checkpoint.state_dict import get_model_state_dict, get_optimizer_state_dict, StateDictOptions
-        o = StateDictOptions(full_state_dict=True, cpu_offload=True, ignore_frozen_params=True)
-        return dict(trainable=get_model_state_dict(self.policy.transformer, options=o),
-                    opt=get_optimizer_state_dict(self.policy.transformer, self.opt, options=o),
-                    ema=[_full(e).cpu() for e in self.ema] if self.ema is not None else None,
-                    step=self.step, pos=dict(self.pos), cfg=asdict(self.cfg), phase=self.schedule.phase(self.step),
-                    rng=dict(torch=torch.get_rng_state(), numpy=np.random.get_state(), python=random.getstate()))
+# %% ../nbs/12_grpo.ipynb #73c909c6
+@patch
+def batch_prompts(self:Trainer) -> tuple[str, list[str]]:
+    "The phase and the next `prompts_per_batch` prompts of its set (the data position advances)."
+    phase = self.schedule.phase(self.step)
+    ps = self.prompts[phase]
+    out = [ps[(self.pos[phase] + k) % len(ps)] for k in range(self.cfg.prompts_per_batch)]
+    self.pos[phase] += self.cfg.prompts_per_batch
+    return phase, out
 
-    def save(self, path:str|Path) -> Path:
-        "Write a checkpoint atomically (temporary file, then rename)."
-        path = Path(path); path.parent.mkdir(parents=True, exist_ok=True)
-        st = self.state()
-        if self.acc.is_main_process:
-            tmp = path.with_suffix('.tmp')
-            torch.save(st, tmp); os.replace(tmp, path)
-        self.acc.wait_for_everyone()
-        return path
+@patch
+def window(self:Trainer) -> tuple[int, int]:
+    "The SDE window of this step (Flow-GRPO-Fast draws it per batch; 0 keeps the whole schedule)."
+    n, w = self.cfg.num_steps, self.cfg.sde_window
+    if w <= 0 or w >= n: return 0, n
+    lo = random.Random(_seed(self.cfg.seed, self.step, 2)).randrange(0, n - w + 1)
+    return lo, lo + w
 
-    def load(self, path:str|Path):
-        "Continue from a checkpoint (written by any number of processes, sharded or not)."
-        from torch.distributed.checkpoint.state_dict import set_model_state_dict, set_optimizer_state_dict, StateDictOptions
-        st = torch.load(path, map_location='cpu', weights_only=False)
-        if 'trainable' not in st: raise ValueError(f"{path} is not a worldlab GRPO checkpoint (no 'trainable' weights)")
-        o = StateDictOptions(full_state_dict=True, strict=False)
-        set_model_state_dict(self.policy.transformer, st['trainable'], options=o)
-        set_optimizer_state_dict(self.policy.transformer, self.opt, st['opt'], options=o)
-        if st['ema'] is not None and self.ema is not None:
-            self.ema = [_like(e, p) for e, p in zip(st['ema'], self.params)]
-        self.step, self.pos = st['step'], dict(st['pos'])
-        torch.set_rng_state(st['rng']['torch']); np.random.set_state(st['rng']['numpy']); random.setstate(st['rng']['python'])
+# %% ../nbs/12_grpo.ipynb #ed64e8a4
+@patch
+def commanded(self:Trainer, prompt:str):
+    "The camera trajectory a prompt commands, with this run's chain timing and orbit centre."
+    c = self.cfg
+    return trajectory_from_prompt(prompt, c.num_frames, c.height, c.width, timing=c.chain_timing, orbit=c.orbit_centre)
 
-    @contextlib.contextmanager
-    def ema_weights(self):
-        "Inside the block the adapter holds its EMA weights (unchanged without EMA); the trained ones come back after."
-        if self.ema is None: yield self; return
-        kept = [p.detach().clone() for p in self.params]
+@patch
+def initial_noise(self:Trainer, prompt:str, gidx:int, n:int|None=None, # videos (default: the group size)
+                  seed:int|None=None, # default: from the run's seed, the step and the group
+                 ) -> tuple[torch.Tensor, object]:
+    "Initial latents [n,...] for one group, and the stepwise-delta injector (or None)."
+    c, G = self.cfg, n or self.cfg.group_size
+    shape = self.policy.latent_shape(c.num_frames, c.height, c.width)
+    g = torch.Generator().manual_seed(_seed(c.seed, self.step, gidx, 1) if seed is None else seed)
+    plain = torch.randn(G, *shape, generator=g)
+    traj = self.commanded(prompt)
+    if c.injection in ('none', None) or traj.note == NO_CAMERA_PHRASE: return plain, None   # settings.ini reads `none` as None
+    warped = torch.stack([camera_noise(traj, shape[0], *self.policy.vae_scale, method=c.warp_method, degradation=c.noise_degradation,
+                                       generator=g) for _ in range(G)])
+    if c.injection == 'init': return inject_init(plain, warped), None
+    if c.injection == 'stepwise_delta': return plain, stepwise_delta(plain, warped, c.wrap_strength, c.delta_steps, c.delta_kernel)
+    raise ValueError(f"injection must be init, stepwise_delta or none; got {c.injection!r}")
+
+# %% ../nbs/12_grpo.ipynb #4da4cd0e
+@patch
+def rollout(self:Trainer, prompts:list[str], mine:list[int], # the batch's prompts; the groups this process samples
+            win:tuple[int, int]) -> tuple[list, list]: # the SDE window
+    "Phase 1: each group's G videos from its camera noise, with their SDE transitions; the rollouts and prompt embeddings."
+    c = self.cfg
+    neg = self.neg.expand(c.group_size, -1, -1) if self.neg is not None else None
+    rolls, embs = [], []
+    for gidx in mine:
+        x0, inject = self.initial_noise(prompts[gidx], gidx)
+        emb = self.policy.encode([prompts[gidx]]*c.group_size)
         with torch.no_grad():
-            for p, e in zip(self.params, self.ema): p.copy_(e)
-        try: yield self
-        finally:
-            with torch.no_grad():
-                for p, k in zip(self.params, kept): p.copy_(k)
+            rolls.append(sample(self.policy, emb, x0, c.num_steps, c.guidance_scale, neg, c.noise_level, win,
+                                inject, torch.Generator().manual_seed(_seed(c.seed, self.step, gidx, 3)), form=c.sde_form))
+        embs.append(emb)
+    return rolls, embs
 
-    def fit(self, steps:int, checkpoint_every:int=1, log=None, progress:bool=True) -> list[dict]:
-        "Train until `steps` steps are done (resuming from `run_dir/checkpoint.pt` when present); metrics per step."
-        from tqdm.auto import tqdm
-        ck = self.run_dir/'checkpoint.pt' if self.run_dir else None
-        if ck is not None and ck.exists(): self.load(ck)
-        rows = []
-        for _ in tqdm(range(self.step, steps), disable=not progress or not self.acc.is_main_process, desc='grpo'):
-            m = self.train_step(); rows.append(m)
-            if log is not None and self.acc.is_main_process: log(m)
-            if ck is not None and (self.step % checkpoint_every == 0 or self.step == steps): self.save(ck)
-        return rows
+# %% ../nbs/12_grpo.ipynb #0796d2e9
+def _numeric(v) -> bool:
+    "True for per-sample numbers (tensors or lists of numbers): what the metrics table can hold."
+    return torch.is_tensor(v) or (isinstance(v, (list, tuple, np.ndarray)) and all(isinstance(x, (int, float, np.floating, np.integer)) for x in v))
+
+@patch
+def score(self:Trainer, prompts:list[str], mine:list[int], rolls:list) -> tuple[torch.Tensor, dict, list[str]]:
+    "Phase 2: the phase's weighted reward of every video [n], its numeric components {name: [n]}, and why samples could not be scored."
+    c = self.cfg
+    reward_fn = compose_rewards(self.schedule.rewards(self.step), self.registry)
+    rewards, info, reasons = [], {}, []
+    for gidx, r in zip(mine, rolls):
+        meta = dict(group=f'{self.step}-{gidx}', prompt=prompts[gidx], traj=self.commanded(prompts[gidx]))   # the rewards score this path
+        s, inf = reward_fn(r.video, [prompts[gidx]]*c.group_size, [meta]*c.group_size)
+        rewards.append(s)
+        for k, v in inf.items():
+            if _numeric(v): info.setdefault(k, []).append(torch.as_tensor(v, dtype=torch.float64))
+            elif k.endswith('reason'): reasons += [f"{prompts[gidx][:40]}: {x}" for x, y in zip(v, s) if x and torch.isnan(y)]
+    return torch.cat(rewards), {k: torch.cat(v) for k, v in info.items()}, reasons
+
+# %% ../nbs/12_grpo.ipynb #51c48e44
+@patch
+def advantages(self:Trainer, rewards:torch.Tensor, mine:list[int]) -> dict:
+    "Phase 3: `group_advantages` of the step's rewards, one group per prompt, with the run's std, mean and zero-std rules."
+    c = self.cfg
+    groups = [gidx for gidx in mine for _ in range(c.group_size)]
+    return group_advantages(rewards, groups, c.per_prompt_stat_tracking, c.adv_clip_max, ddof=c.adv_ddof, mean=c.adv_mean,
+                            zero_std=c.zero_std)
+
+@patch
+def trained_timesteps(self:Trainer, win:tuple[int, int]) -> list[int]:
+    "The window's steps trained on: the first `timestep_fraction` of them (rounded, or floored as the release does; at least one)."
+    S = win[1] - win[0]
+    k = {'round': round, 'floor': math.floor}[self.cfg.timestep_rounding](self.cfg.timestep_fraction*S)
+    return list(range(S))[:max(1, k)]
+
+# %% ../nbs/12_grpo.ipynb #52dc48ce
+@patch
+def update(self:Trainer, rolls:list, embs:list, A:dict, win:tuple[int, int]) -> tuple[list[dict], float]:
+    "Phase 4: back-propagate the clipped surrogate (+ β·KL) per trained timestep, clip, step AdamW, update the EMA; stats and gradient norm."
+    c = self.cfg
+    train_js = self.trained_timesteps(win)
+    self.opt.zero_grad(set_to_none=True)
+    stats, n_back = [], len(train_js)*len(rolls)
+    neg = self.neg.expand(c.group_size, -1, -1) if self.neg is not None else None
+    for ri, (r, emb) in enumerate(zip(rolls, embs)):
+        sl = slice(ri*c.group_size, (ri + 1)*c.group_size)
+        for j in train_js:                                                 # one backward per timestep: bounded memory
+            lp, mean, std = logprob(self.policy, r, j, emb, c.num_steps, c.guidance_scale, neg, c.noise_level)
+            kl = None
+            if c.beta > 0:
+                with torch.no_grad():
+                    _, mref, _ = logprob(self.policy, r, j, emb, c.num_steps, c.guidance_scale, neg, c.noise_level, reference=True)
+                kl = kl_to_reference(mean, mref, std)
+            loss, st = grpo_loss(lp, r.logps[:, j], A['advantages'][sl], A['mask'][sl], c.clip_range, kl, c.beta)
+            (loss/n_back).backward()
+            stats.append(st)
+    if self.acc.num_processes > 1 and not self.sharded:                  # average gradients over processes (DDP's rule; FSDP does its own)
+        for p in self.params:
+            if p.grad is None: p.grad = torch.zeros_like(p)
+            torch.distributed.all_reduce(p.grad); p.grad /= self.acc.num_processes
+    gnorm = float(_full(torch.nn.utils.clip_grad_norm_(self.params, c.max_grad_norm)))
+    self.opt.step()
+    if self.ema is not None:
+        with torch.no_grad():
+            for e, p in zip(self.ema, self.params): e.mul_(c.ema).add_(p.detach(), alpha=1 - c.ema)
+    return stats, gnorm
+
+# %% ../nbs/12_grpo.ipynb #a256fccd
+@patch
+def metrics(self:Trainer, phase:str, win:tuple[int, int], rewards:torch.Tensor, A:dict, stats:list[dict], gnorm:float,
+            info:dict, reasons:list[str], times:dict) -> dict:
+    "Phase 5: one row of the metrics table from every process's share of the step."
+    parts = self._gather(dict(flat=rewards, adv=A['advantages'][A['mask']], stats=stats, reasons=reasons, info=info,
+                              counts=(A['nan_rewards'], A['zero_std_groups'], A['groups'])))
+    flat = torch.cat([p['flat'] for p in parts]); adv = torch.cat([p['adv'] for p in parts])
+    stats = [s for p in parts for s in p['stats']]
+    nan_n, zero_n, groups_n = (sum(p['counts'][i] for p in parts) for i in range(3))
+    ok = ~torch.isnan(flat)
+    return dict(step=self.step, phase=phase, reward_mean=float(flat[ok].mean()) if ok.any() else float('nan'),
+                reward_std=float(flat[ok].std()) if ok.sum() > 1 else 0.0, nan_rewards=nan_n,
+                zero_std_ratio=zero_n/max(1, groups_n), adv_abs_mean=float(adv.abs().mean()) if len(adv) else 0.0,
+                grad_norm=gnorm, window_lo=win[0], window_hi=win[1], **times,
+                **{k: float(np.mean([s[k] for s in stats])) for k in stats[0]},
+                nan_reasons=' | '.join(dict.fromkeys(r for p in parts for r in p['reasons']))[:500],
+                **{f'reward/{k}': float(torch.cat([p['info'][k] for p in parts if k in p['info']]).nanmean()) for k in parts[0]['info']})
+
+@patch
+def train_step(self:Trainer) -> dict:
+    "One GRPO step: rollout, score, advantages, update, metrics; its row of the metrics table."
+    t0 = time.perf_counter()
+    # 1. rollout: the phase's next prompts; this process's groups from their camera noise, with SDE transitions
+    phase, prompts = self.batch_prompts()
+    mine = list(range(self.acc.process_index, len(prompts), self.acc.num_processes))
+    win = self.window()
+    rolls, embs = self.rollout(prompts, mine, win)
+    t1 = time.perf_counter()
+    # 2. score: the phase's weighted rewards (NaN: could not score, with a reason)
+    rewards, info, reasons = self.score(prompts, mine, rolls)
+    t2 = time.perf_counter()
+    # 3. advantages, per prompt group
+    A = self.advantages(rewards, mine)
+    # 4. update: the clipped surrogate per trained timestep; AdamW; EMA
+    stats, gnorm = self.update(rolls, embs, A, win)
+    t3 = time.perf_counter()
+    # 5. metrics, gathered from every process
+    m = self.metrics(phase, win, rewards, A, stats, gnorm, info, reasons, dict(t_sample=t1 - t0, t_reward=t2 - t1, t_update=t3 - t2))
+    self.step += 1
+    return m
+
+# %% ../nbs/12_grpo.ipynb #7f45a960
+@patch
+def state(self:Trainer) -> dict:
+    "Everything a resume needs, as full (unsharded) CPU tensors; call it on every process (FSDP gathers)."
+    from torch.distributed.checkpoint.state_dict import get_model_state_dict, get_optimizer_state_dict, StateDictOptions
+    o = StateDictOptions(full_state_dict=True, cpu_offload=True, ignore_frozen_params=True)
+    return dict(trainable=get_model_state_dict(self.policy.transformer, options=o),
+                opt=get_optimizer_state_dict(self.policy.transformer, self.opt, options=o),
+                ema=[_full(e).cpu() for e in self.ema] if self.ema is not None else None,
+                step=self.step, pos=dict(self.pos), cfg=asdict(self.cfg), phase=self.schedule.phase(self.step),
+                rng=dict(torch=torch.get_rng_state(), numpy=np.random.get_state(), python=random.getstate()))
+
+@patch
+def save(self:Trainer, path:str|Path) -> Path:
+    "Write a checkpoint atomically (temporary file, then rename)."
+    path = Path(path); path.parent.mkdir(parents=True, exist_ok=True)
+    st = self.state()
+    if self.acc.is_main_process:
+        tmp = path.with_suffix('.tmp')
+        torch.save(st, tmp); os.replace(tmp, path)
+    self.acc.wait_for_everyone()
+    return path
+
+@patch
+def load(self:Trainer, path:str|Path):
+    "Continue from a checkpoint (written by any number of processes, sharded or not)."
+    from torch.distributed.checkpoint.state_dict import set_model_state_dict, set_optimizer_state_dict, StateDictOptions
+    st = torch.load(path, map_location='cpu', weights_only=False)
+    if 'trainable' not in st: raise ValueError(f"{path} is not a worldlab GRPO checkpoint (no 'trainable' weights)")
+    o = StateDictOptions(full_state_dict=True, strict=False)
+    set_model_state_dict(self.policy.transformer, st['trainable'], options=o)
+    set_optimizer_state_dict(self.policy.transformer, self.opt, st['opt'], options=o)
+    if st['ema'] is not None and self.ema is not None:
+        self.ema = [_like(e, p) for e, p in zip(st['ema'], self.params)]
+    self.step, self.pos = st['step'], dict(st['pos'])
+    torch.set_rng_state(st['rng']['torch']); np.random.set_state(st['rng']['numpy']); random.setstate(st['rng']['python'])
+
+@patch
+@contextlib.contextmanager
+def ema_weights(self:Trainer):
+    "Inside the block the adapter holds its EMA weights (unchanged without EMA); the trained ones come back after."
+    if self.ema is None: yield self; return
+    kept = [p.detach().clone() for p in self.params]
+    with torch.no_grad():
+        for p, e in zip(self.params, self.ema): p.copy_(e)
+    try: yield self
+    finally:
+        with torch.no_grad():
+            for p, k in zip(self.params, kept): p.copy_(k)
+
+# %% ../nbs/12_grpo.ipynb #1d9618c5
+@patch
+def fit(self:Trainer, steps:int, checkpoint_every:int=1, log=None, progress:bool=True) -> list[dict]:
+    "Train until `steps` steps are done (resuming from `run_dir/checkpoint.pt` when present); metrics per step."
+    from tqdm.auto import tqdm
+    ck = self.run_dir/'checkpoint.pt' if self.run_dir else None
+    if ck is not None and ck.exists(): self.load(ck)
+    rows = []
+    for _ in tqdm(range(self.step, steps), disable=not progress or not self.acc.is_main_process, desc='grpo'):
+        m = self.train_step(); rows.append(m)
+        if log is not None and self.acc.is_main_process: log(m)
+        if ck is not None and (self.step % checkpoint_every == 0 or self.step == steps): self.save(ck)
+    return rows

@@ -7,55 +7,19 @@ trainer, its log and curves. The `train` run notebook calls it in one process; `
 # %% ../nbs/13_train.ipynb #57bf688c
 from __future__ import annotations
 import argparse, dataclasses, json, random, sys, time
-from dataclasses import dataclass, field, fields
 from pathlib import Path
 
 import pandas as pd
 import torch
 
-from .core import load_preset, parse_value, project_root, save_json, save_figure, seed_everything, to_uint8, write_video
-from .grpo import Trainer, TrainConfig
+from .core import parse_value, project_root, save_json, save_figure, seed_everything, to_uint8, write_video
+from .config import RunConfig, TrainConfig, fields_help, resolve, split
+from .grpo import Trainer
 from .rewards import channel_mean_reward
 
 # %% auto #0
-__all__ = ['RunConfig', 'preset_params', 'split_params', 'load_prompt_sets', 'simple_rewards', 'build_rewards', 'load_policy',
-           'make_trainer', 'train', 'write_sample', 'plot_training', 'main']
-
-# %% ../nbs/13_train.ipynb #1cf57864
-@dataclass
-class RunConfig:
-    "What a training run uses, beside the algorithm's `TrainConfig`."
-    model:str = 'tiny'               # tiny (built offline), mini (the shipped mini-Wan) or a Diffusers-format Wan2.1 T2V folder / hub id
-    device:str = 'cpu'
-    dtype:str = 'fp32'
-    prompts:str = 'final'            # World-R1 prompt set variant (final or enhanced), mini (corpus-style captions), or a .txt file
-    dynamic_subset:int = 0           # prompts kept in the dynamic subset (0: all of the set's dynamic prompts)
-    steps:int = 3                    # GRPO steps in total (a resumed run continues up to it)
-    checkpoint_every:int = 1
-    sample_every:int = 0             # write a sample video every n steps (0: never)
-    reward_url:str = ''              # a worldlab-rewards service for the weighted rewards ('' : in process)
-    recon:str = 'fit'                # in-process 3D reward: reconstruction backend (fit on CPU, da3 on GPU)
-    lpips:str = 'imagenet'           # in-process S_recon: LPIPS trunk (random only for plumbing runs, labelled)
-    rgen:str = ''                    # in-process R_gen: hpsv3, hpsv2 (the release's), standin, or mini (base mini-Wan's denoising likelihood) ('' : not available)
-    recon_opts:dict = field(default_factory=dict)   # in-process 3D reward: options of recon.reconstruct (FitConfig fields, depth_prior)
-    r3d_parts:dict = field(default_factory=dict)    # R_3D's components and weights ({}: World-R1's s_meta + s_recon + s_traj)
-    judge_url:str = ''               # in-process S_meta: an OpenAI-compatible VLM endpoint ('' : S_meta cannot score)
-    reward_form:str = 'worldlab'     # in-process 3D reward and R_gen: worldlab, or release (the released reward's math)
-
-def preset_params(preset:str) -> dict:
-    "The fields of a settings.ini preset that a training run takes (presets also hold other notebooks' settings)."
-    known = {f.name for f in fields(TrainConfig)} | {f.name for f in fields(RunConfig)}
-    return {k: v for k, v in load_preset(preset).items() if k in known}
-
-def split_params(params:dict) -> tuple[TrainConfig, RunConfig]:
-    "Both configs from one flat dict (e.g. a preset plus overrides); unknown keys are an error."
-    tc, rc = {f.name for f in fields(TrainConfig)}, {f.name for f in fields(RunConfig)}
-    unknown = set(params) - tc - rc
-    if unknown: raise ValueError(f"unknown training parameter(s) {sorted(unknown)}; valid: {', '.join(sorted(tc | rc))}")
-    t = {k: v for k, v in params.items() if k in tc}
-    if isinstance(t.get('lora_targets'), str): t['lora_targets'] = tuple(t['lora_targets'].split(','))
-    if isinstance(t.get('ema'), bool): t['ema'] = 0.9 if t['ema'] else 0.0
-    return TrainConfig(**t), RunConfig(**{k: v for k, v in params.items() if k in rc})
+__all__ = ['load_prompt_sets', 'simple_rewards', 'build_rewards', 'load_policy', 'make_trainer', 'train', 'write_sample',
+           'plot_training', 'main']
 
 # %% ../nbs/13_train.ipynb #b095a7af
 def load_prompt_sets(spec:str, seed:int=0) -> tuple[list[str], list[str]]:
@@ -122,9 +86,14 @@ def load_policy(rc:RunConfig):
         return load_mini_wan(device=rc.device)
     return WanPolicy.from_pretrained(rc.model, rc.device, rc.dtype)
 
-def make_trainer(params:dict, run_dir:str|Path) -> Trainer:
+def _configs(params) -> tuple[TrainConfig, RunConfig]:
+    "A run's two configs from themselves, or from a flat dict of fields (checked by `config.split`)."
+    return tuple(params) if isinstance(params, tuple) else split(params)
+
+def make_trainer(params:dict|tuple, # (TrainConfig, RunConfig), or a flat dict of their fields
+                 run_dir:str|Path) -> Trainer:
     "The trainer of a run (policy, prompts, rewards), not yet trained; `trainer.run_config` holds the RunConfig."
-    tc, rc = split_params(params)
+    tc, rc = _configs(params)
     run_dir = Path(run_dir); run_dir.mkdir(parents=True, exist_ok=True)
     seed_everything(tc.seed)
     policy = load_policy(rc)
@@ -134,7 +103,7 @@ def make_trainer(params:dict, run_dir:str|Path) -> Trainer:
     trainer.run_config = rc
     return trainer
 
-def train(params:dict, # TrainConfig and RunConfig fields, e.g. load_preset('tiny') | overrides
+def train(params:dict|tuple, # (TrainConfig, RunConfig), e.g. config.resolve('tiny', overrides), or a flat dict of their fields
           run_dir:str|Path, progress:bool=True, trainer:Trainer|None=None) -> pd.DataFrame:
     "Train (resuming from `run_dir/checkpoint.pt` when present), log a row per step to `metrics.csv`; the history."
     trainer = trainer or make_trainer(params, run_dir)
@@ -171,31 +140,20 @@ def plot_training(hist:pd.DataFrame):
     return fig.update_yaxes(matches=None)
 
 # %% ../nbs/13_train.ipynb #6d4504cd
-def _fields_help() -> str:
-    "The fields `-p` sets, with their defaults and comments, for `worldlab-train --help`."
-    from fastcore.docments import docments
-    out = ["fields (-p NAME VALUE; the preset's values replace these defaults):"]
-    for cls in (TrainConfig, RunConfig):
-        notes = docments(cls)
-        for f in fields(cls):
-            default = f.default_factory() if f.default is dataclasses.MISSING else f.default
-            out.append(f"  {f.name} = {default!r}" + (f"  # {notes[f.name]}" if notes.get(f.name) else ''))
-    return '\n'.join(out)
-
 class _HelpFormat(argparse.ArgumentDefaultsHelpFormatter, argparse.RawDescriptionHelpFormatter): pass
 
 def main(argv=None):
     "`worldlab-train --preset P [-p key value ...] --run-dir D`: one training run, on as many processes as launched."
     ap = argparse.ArgumentParser(prog='worldlab-train', description='Flow-GRPO training (launch with accelerate or torchrun for many processes).',
-                                 epilog=_fields_help(), formatter_class=_HelpFormat)
+                                 epilog=fields_help(), formatter_class=_HelpFormat)
     ap.add_argument('--preset', default='tiny', help='a settings.ini preset (tiny, wan2.1-1.3b, wan2.1-14b)')
     ap.add_argument('-p', '--param', nargs=2, action='append', default=[], metavar=('KEY', 'VALUE'), help='override a field (see below)')
     ap.add_argument('--run-dir', required=True, help='the run folder (re-using it resumes)')
     ap.add_argument('--quiet', action='store_true', help='no progress bar')
     a = ap.parse_args(argv)
-    try: params = preset_params(a.preset) | {k: parse_value(v) for k, v in a.param}
-    except (KeyError, ValueError) as e: ap.exit(2, f"worldlab-train: {e.args[0] if e.args else e}\n")
-    try: hist = train(params, a.run_dir, progress=not a.quiet)
+    try: cfgs = resolve(a.preset, {k: parse_value(v) for k, v in a.param})     # the one resolver `worldlab run train` uses too
+    except (KeyError, ValueError, TypeError) as e: ap.exit(2, f"worldlab-train: {e.args[0] if e.args else e}\n")
+    try: hist = train(cfgs, a.run_dir, progress=not a.quiet)
     except ValueError as e: ap.exit(2, f"worldlab-train: {e}\n")
     if len(hist): print(hist.tail(1).to_string(index=False))
 
