@@ -9,6 +9,7 @@ import contextlib, math
 from pathlib import Path
 
 import torch
+from fastcore.basics import patch
 
 from .core import pick_device, pick_dtype
 from .warp import wan_latent_shape
@@ -42,7 +43,7 @@ def tiny_wan(folder:str|Path|None=None, # save the pipeline here (it then loads 
     if folder is not None: pipe.save_pretrained(folder)
     return pipe
 
-# %% ../nbs/11_policy.ipynb #695a9476
+# %% ../nbs/11_policy.ipynb #16914d14
 class WanPolicy:
     "Wan2.1 text-to-video as a policy: encode, latent shape, velocity, decode."
     def __init__(self, pipe, device='cpu', dtype=torch.float32, max_sequence_length:int=512):
@@ -73,77 +74,92 @@ class WanPolicy:
     @property
     def transformer(self): return self.pipe.transformer
 
-    @property
-    def vae_scale(self) -> tuple[int, int]:
-        "`(temporal, spatial)` compression of the VAE: (4, 8) for Wan2.1, (4, 4) for mini-Wan."
-        cfg = self.pipe.vae.config
-        return getattr(cfg, 'scale_factor_temporal', None) or 4, getattr(cfg, 'scale_factor_spatial', None) or 8
+# %% ../nbs/11_policy.ipynb #76e58bb6
+@patch(as_prop=True)
+def vae_scale(self:WanPolicy) -> tuple[int, int]:
+    "`(temporal, spatial)` compression of the VAE: (4, 8) for Wan2.1, (4, 4) for mini-Wan."
+    cfg = self.pipe.vae.config
+    return getattr(cfg, 'scale_factor_temporal', None) or 4, getattr(cfg, 'scale_factor_spatial', None) or 8
 
-    def latent_shape(self, num_frames:int, H:int, W:int) -> tuple:
-        "`(C, T, h, w)` of this model's latents for a video (frames 4k+1)."
-        return wan_latent_shape(num_frames, H, W, self.pipe.vae.config.z_dim, *self.vae_scale)
+@patch
+def latent_shape(self:WanPolicy, num_frames:int, H:int, W:int) -> tuple:
+    "`(C, T, h, w)` of this model's latents for a video (frames 4k+1)."
+    return wan_latent_shape(num_frames, H, W, self.pipe.vae.config.z_dim, *self.vae_scale)
 
-    @torch.no_grad()
-    def encode(self, prompts:list[str]) -> torch.Tensor:
-        "Text embeddings `[B,L,D]` (frozen encoder, cached per prompt, detached)."
-        miss = [p for p in dict.fromkeys(prompts) if p not in self._cache]
-        if miss:
-            emb = self.pipe.encode_prompt(miss, do_classifier_free_guidance=False, max_sequence_length=self.max_len,
-                                          device=self.device, dtype=self.dtype)[0]
-            for p, e in zip(miss, emb): self._cache[p] = e.detach()
-        return torch.stack([self._cache[p] for p in prompts])
+# %% ../nbs/11_policy.ipynb #9b0e78e9
+@patch
+@torch.no_grad()
+def encode(self:WanPolicy, prompts:list[str]) -> torch.Tensor:
+    "Text embeddings `[B,L,D]` (frozen encoder, cached per prompt, detached)."
+    miss = [p for p in dict.fromkeys(prompts) if p not in self._cache]
+    if miss:
+        emb = self.pipe.encode_prompt(miss, do_classifier_free_guidance=False, max_sequence_length=self.max_len,
+                                      device=self.device, dtype=self.dtype)[0]
+        for p, e in zip(miss, emb): self._cache[p] = e.detach()
+    return torch.stack([self._cache[p] for p in prompts])
 
-    def velocity(self, latents:torch.Tensor, # [B,C,T,h,w]
-                 t:torch.Tensor|float, # the model's timestep (sigma * 1000), scalar or [B]
-                 emb:torch.Tensor, # [B,L,D] prompt embeddings
-                 neg:torch.Tensor|None=None, # [B,L,D] negative-prompt embeddings (classifier-free guidance)
-                 guidance:float=1.0) -> torch.Tensor:
-        "Flow-matching velocity `[B,C,T,h,w]` (with classifier-free guidance when `neg` is given and guidance != 1)."
-        B = latents.shape[0]
-        t = torch.as_tensor(t, device=self.device, dtype=self.dtype).expand(B) if torch.as_tensor(t).ndim == 0 else t
-        x = latents.to(self.dtype)
-        if neg is None or guidance == 1.0:
-            return self.transformer(hidden_states=x, timestep=t, encoder_hidden_states=emb, return_dict=False)[0].float()
-        both = self.transformer(hidden_states=torch.cat([x, x]), timestep=torch.cat([t, t]),
-                                encoder_hidden_states=torch.cat([emb, neg]), return_dict=False)[0].float()
-        cond, unc = both.chunk(2)
-        return unc + guidance*(cond - unc)
+# %% ../nbs/11_policy.ipynb #44ea5da3
+@patch
+def velocity(self:WanPolicy, latents:torch.Tensor, # [B,C,T,h,w]
+             t:torch.Tensor|float, # the model's timestep (sigma * 1000), scalar or [B]
+             emb:torch.Tensor, # [B,L,D] prompt embeddings
+             neg:torch.Tensor|None=None, # [B,L,D] negative-prompt embeddings (classifier-free guidance)
+             guidance:float=1.0) -> torch.Tensor:
+    "Flow-matching velocity `[B,C,T,h,w]` (with classifier-free guidance when `neg` is given and guidance != 1)."
+    B = latents.shape[0]
+    t = torch.as_tensor(t, device=self.device, dtype=self.dtype).expand(B) if torch.as_tensor(t).ndim == 0 else t
+    x = latents.to(self.dtype)
+    if neg is None or guidance == 1.0:
+        return self.transformer(hidden_states=x, timestep=t, encoder_hidden_states=emb, return_dict=False)[0].float()
+    both = self.transformer(hidden_states=torch.cat([x, x]), timestep=torch.cat([t, t]),
+                            encoder_hidden_states=torch.cat([emb, neg]), return_dict=False)[0].float()
+    cond, unc = both.chunk(2)
+    return unc + guidance*(cond - unc)
 
-    @torch.no_grad()
-    def decode(self, latents:torch.Tensor) -> torch.Tensor:
-        "Video `[B,F,3,H,W]` in [0,1] from latents `[B,C,T,h,w]`."
-        cfg = self.pipe.vae.config
-        mean = torch.tensor(cfg.latents_mean).view(1, -1, 1, 1, 1).to(latents)
-        std = torch.tensor(cfg.latents_std).view(1, -1, 1, 1, 1).to(latents)
-        video = self.pipe.vae.decode((latents.float()*std + mean).to(self.pipe.vae.dtype), return_dict=False)[0]
-        return ((video.float() + 1)/2).clamp(0, 1).permute(0, 2, 1, 3, 4)
+# %% ../nbs/11_policy.ipynb #6c55edb5
+@patch
+@torch.no_grad()
+def decode(self:WanPolicy, latents:torch.Tensor) -> torch.Tensor:
+    "Video `[B,F,3,H,W]` in [0,1] from latents `[B,C,T,h,w]`."
+    cfg = self.pipe.vae.config
+    mean = torch.tensor(cfg.latents_mean).view(1, -1, 1, 1, 1).to(latents)
+    std = torch.tensor(cfg.latents_std).view(1, -1, 1, 1, 1).to(latents)
+    video = self.pipe.vae.decode((latents.float()*std + mean).to(self.pipe.vae.dtype), return_dict=False)[0]
+    return ((video.float() + 1)/2).clamp(0, 1).permute(0, 2, 1, 3, 4)
 
-    def schedule(self, num_steps:int) -> tuple[torch.Tensor, torch.Tensor]:
-        "`(sigmas [num_steps+1], timesteps [num_steps])` of the model's scheduler."
-        s = self.pipe.scheduler
-        s.set_timesteps(num_steps, device=self.device)
-        return s.sigmas.float().to(self.device), s.timesteps.float().to(self.device)
+@patch
+def schedule(self:WanPolicy, num_steps:int) -> tuple[torch.Tensor, torch.Tensor]:
+    "`(sigmas [num_steps+1], timesteps [num_steps])` of the model's scheduler."
+    s = self.pipe.scheduler
+    s.set_timesteps(num_steps, device=self.device)
+    return s.sigmas.float().to(self.device), s.timesteps.float().to(self.device)
 
-    def add_lora(self, rank:int=32, alpha:int=64, targets=('to_q', 'to_k', 'to_v', 'to_out.0'), name:str='default'):
-        "Attach a LoRA adapter (peft) to the transformer's attention projections; only it will train."
-        from peft import LoraConfig
-        self.transformer.requires_grad_(False)
-        self.transformer.add_adapter(LoraConfig(r=rank, lora_alpha=alpha, target_modules=list(targets), init_lora_weights=True),
-                                     adapter_name=name)
-        return [p for p in self.transformer.parameters() if p.requires_grad]
+# %% ../nbs/11_policy.ipynb #d1b1e023
+@patch
+def add_lora(self:WanPolicy, rank:int=32, alpha:int=64, targets=('to_q', 'to_k', 'to_v', 'to_out.0'), name:str='default'):
+    "Attach a LoRA adapter (peft) to the transformer's attention projections; only it will train."
+    from peft import LoraConfig
+    self.transformer.requires_grad_(False)
+    self.transformer.add_adapter(LoraConfig(r=rank, lora_alpha=alpha, target_modules=list(targets), init_lora_weights=True),
+                                 adapter_name=name)
+    return [p for p in self.transformer.parameters() if p.requires_grad]
 
-    @contextlib.contextmanager
-    def reference(self):
-        "The base model: LoRA switched off inside the block (for the KL term)."
-        self.transformer.disable_adapters()
-        try: yield self
-        finally: self.transformer.enable_adapters()
+@patch
+@contextlib.contextmanager
+def reference(self:WanPolicy):
+    "The base model: LoRA switched off inside the block (for the KL term)."
+    self.transformer.disable_adapters()
+    try: yield self
+    finally: self.transformer.enable_adapters()
 
-    def lora_state(self) -> dict:
-        "The adapter's weights (what a checkpoint needs)."
-        from peft.utils import get_peft_model_state_dict
-        return {k: v.detach().clone() for k, v in get_peft_model_state_dict(self.transformer).items()}
+@patch
+def lora_state(self:WanPolicy) -> dict:
+    "The adapter's weights (what a checkpoint needs)."
+    from peft.utils import get_peft_model_state_dict
+    return {k: v.detach().clone() for k, v in get_peft_model_state_dict(self.transformer).items()}
 
-    def load_lora_state(self, state:dict):
-        from peft.utils import set_peft_model_state_dict
-        set_peft_model_state_dict(self.transformer, state)
+@patch
+def load_lora_state(self:WanPolicy, state:dict):
+    "Put adapter weights from `lora_state` back."
+    from peft.utils import set_peft_model_state_dict
+    set_peft_model_state_dict(self.transformer, state)
