@@ -15,15 +15,15 @@ import torch
 import torch.nn.functional as F
 
 from .camera import Trajectory, intrinsics, scale_intrinsics
-from .splat import Gaussians, render
+from .splat import Gaussians, render, transform_gaussians
 from .depth import resolve_depth_prior
 
 # %% auto #0
 __all__ = ['DA3_DEFAULT', 'DA3_GS_MODELS', 'DA3_INSTALL', 'to_frames', 'frame_psnr', 'Reconstruction', 'failed', 'grid_rays',
            'sample_views', 'plane_sweep', 'corrected_poses', 'FitConfig', 'prior_on_rays', 'prior_penalty',
            'fit_gaussians', 'with_gradients', 'pose_step', 'photometric_residuals', 'align_camera', 'keyframe_points',
-           'track_poses', 'add_tracking', 'check_da3_model', 'w2c_to_c2w', 'transform_gaussians', 'da3_gaussians',
-           'da3_to_reconstruction', 'load_da3', 'reconstruct_da3', 'reconstruct']
+           'track_poses', 'add_tracking', 'check_da3_model', 'w2c_to_c2w', 'da3_gaussians', 'da3_to_reconstruction',
+           'load_da3', 'reconstruct_da3', 'reconstruct']
 
 # %% ../nbs/07_recon.ipynb #a7d9bf34
 def to_frames(frames) -> torch.Tensor:
@@ -422,14 +422,6 @@ def w2c_to_c2w(extrinsics) -> torch.Tensor: # [N,3,4] or [N,4,4] world-to-camera
     c2w[:, :3, :3] = R.transpose(1, 2); c2w[:, :3, 3] = -(R.transpose(1, 2) @ t[..., None])[..., 0]
     return c2w
 
-def transform_gaussians(g:Gaussians, T:torch.Tensor, scale:float=1.0) -> Gaussians: # T [4,4] rigid
-    "Gaussians moved by the rigid `T` and then scaled about the origin (SH beyond the DC band are dropped when T rotates)."
-    T = T.to(g.means)
-    q = roma.quat_product(roma.rotmat_to_unitquat(T[:3, :3])[None], g.quats[:, [1, 2, 3, 0]])[:, [3, 0, 1, 2]]
-    rotates = not torch.allclose(T[:3, :3], torch.eye(3, dtype=T.dtype))
-    colors = g.colors[:, :1] if (g.colors.ndim == 3 and rotates) else g.colors
-    return Gaussians(scale*(g.means @ T[:3, :3].T + T[:3, 3]), q, scale*g.scales, g.opacities, colors)
-
 # %% ../nbs/07_recon.ipynb #39e243b6
 def da3_gaussians(gs, index:int=0) -> Gaussians:
     "worldlab `Gaussians` from a DA3 prediction's Gaussians (batch element `index`; colours as SH `[G,d_sh,3]`)."
@@ -449,7 +441,7 @@ def da3_to_reconstruction(pred, # a depth_anything_3 Prediction (or anything wit
     anchor = torch.linalg.inv(c2w[0])
     s = z_ref/(float(np.median(np.asarray(pred.depth[0])))/unscale)
     c2w = anchor @ c2w; c2w[:, :3, 3] *= s
-    g = transform_gaussians(da3_gaussians(pred.gaussians), anchor, s)
+    g = transform_gaussians(da3_gaussians(pred.gaussians), anchor[:3, :3], s*anchor[:3, 3], s)   # x -> s (anchor x)
     h, w = np.asarray(pred.depth).shape[-2:]
     K = scale_intrinsics(torch.as_tensor(np.asarray(pred.intrinsics)).double(), (h, w), (H, W))
     return Reconstruction(g, c2w, K, H, W, torch.full((len(c2w),), float('nan')), 'da3', seconds=seconds,

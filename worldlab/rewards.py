@@ -14,14 +14,14 @@ import torch
 
 from .camera import NO_CAMERA_PHRASE, Trajectory, trajectory_from_prompt
 from .metrics import lpips_distance, load_lpips, s_traj as traj_score
-from .splat import render
+from .splat import render, transform_gaussians
 
 # %% auto #0
 __all__ = ['META_RUBRIC', 'REWARD_NAMES', 'compose_rewards', 'channel_mean_reward', 'target_image_reward', 'commanded_trajectory',
            'trajectory_to_dict', 'trajectory_from_dict', 'ReconCache', 's_recon', 'release_render_path', 's_traj',
            'meta_view', 'parse_meta_score', 's_meta', 'hpsv3_scorer', 'hpsv2_scorer', 'standin_quality_scorer',
-           'r_gen_reward', 'reward_3d', 'make_rewards', 'sim3_gaussians', 'consistency_rerender', 'consistency_eval',
-           'dynamics_degree', 'RewardServer', 'remote_reward', 'serve_main']
+           'r_gen_reward', 'reward_3d', 'make_rewards', 'consistency_rerender', 'consistency_eval', 'dynamics_degree',
+           'RewardServer', 'remote_reward', 'serve_main']
 
 # %% ../nbs/08a_rewards.ipynb #2c3842de
 def compose_rewards(weights:dict[str, float], registry:dict): # {name: weight}; {name: reward fn}
@@ -333,22 +333,13 @@ def make_rewards(recon_backend:str='fit', lpips:str='imagenet', judge=None, rgen
     return out
 
 # %% ../nbs/08a_rewards.ipynb #ab2f1010
-def sim3_gaussians(g, sim): # splat.Gaussians; metrics.Sim3 (x -> s R x + t)
-    "The Gaussians moved by a similarity: means mapped, scales multiplied by s, rotations turned by R."
-    import roma
-    from worldlab.splat import Gaussians
-    R, t, sc = sim.R.to(g.means), sim.t.to(g.means), float(sim.s)
-    qR = roma.rotmat_to_unitquat(R)                                    # x y z w
-    q = roma.quat_product(qR.expand(len(g), 4), torch.nn.functional.normalize(g.quats, dim=-1)[:, [1, 2, 3, 0]])
-    return Gaussians(sc*g.means @ R.T + t, q[:, [3, 0, 1, 2]], sc*g.scales, g.opacities, g.colors)
-
 def consistency_rerender(rec, traj:Trajectory, along:str='commanded', background=(0.5, 0.5, 0.5)) -> torch.Tensor:
     "Re-render `[F,3,H,W]` of a reconstruction along the commanded (Sim(3)-aligned) or the estimated cameras."
     if along == 'estimated': return rec.rerender()
     if along != 'commanded': raise ValueError(f"along must be 'commanded' or 'estimated', got {along!r}")
     from worldlab.metrics import align_poses
     _, sim = align_poses(rec.c2w, traj.c2w)
-    g = sim3_gaussians(rec.gaussians, sim)
+    g = transform_gaussians(rec.gaussians, sim.R, sim.t, float(sim.s))   # SH colours turn with the scene
     K = traj.resized(rec.H, rec.W).K
     return render(g, traj.c2w.to(g.means), K.to(g.means), rec.H, rec.W, background=background).rgb.clamp(0, 1)
 
