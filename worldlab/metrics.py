@@ -15,13 +15,14 @@ import roma
 import torch
 
 from .camera import Trajectory
+from .core import psnr, to_float
 
 # %% auto #0
 __all__ = ['RELEASE_START', 'MOTION_CLASS', 'ALEXNET_CHECKPOINT', 'LPIPS_LABELS', 'as_c2w', 'relative_to_first',
            'rotation_error_deg', 'path_length', 'total_rotation_deg', 'Sim3', 'umeyama_align', 'ransac_align',
            'align_poses', 'translation_profile', 'rotation_profile', 'release_commanded', 'evo_umeyama',
            'release_ransac', 's_traj_exact_release', 's_traj', 'camera_metrics', 'camera_metrics_table',
-           'classify_camera', 'psnr', 'ssim', 'alexnet_checkpoint', 'load_lpips', 'lpips_distance', 'recon_metrics',
+           'classify_camera', 'ssim', 'alexnet_checkpoint', 'load_lpips', 'lpips_distance', 'recon_metrics',
            'consistency_table', 'plot_consistency']
 
 # %% ../nbs/08_metrics.ipynb #9ea90f26
@@ -355,23 +356,11 @@ def classify_camera(est, # estimated poses: c2w [F,4,4] (or Trajectory)
     return best, MOTION_CLASS[best], scores
 
 # %% ../nbs/08_metrics.ipynb #37f7d841
-def _check_video(x:torch.Tensor, name:str) -> torch.Tensor:
-    if not torch.is_floating_point(x) or x.ndim != 4 or x.shape[1] != 3:
-        raise ValueError(f"{name} must be float [F,3,H,W] in [0, 1]; got {x.dtype} {tuple(x.shape)} "
-                         "(uint8 [F,H,W,3] video: x.permute(0, 3, 1, 2).float()/255)")
-    return x
-
-def psnr(a:torch.Tensor, b:torch.Tensor) -> torch.Tensor: # [F,3,H,W] each in [0, 1]
-    "PSNR in dB per frame `[F]` (MSE floored at 1e-10: at most 100 dB)."
-    _check_video(a, 'a'); _check_video(b, 'b')
-    mse = (a.float() - b.float()).pow(2).flatten(1).mean(1).clamp_min(1e-10)
-    return -10*torch.log10(mse)
-
-def ssim(a:torch.Tensor, b:torch.Tensor, # [F,3,H,W] each in [0, 1]
+def ssim(a:torch.Tensor, b:torch.Tensor, # float [F,3,H,W] each in [0, 1] (or uint8 [F,H,W,3])
          window_size:int=11) -> torch.Tensor:
     "SSIM per frame `[F]` (kornia, Gaussian window, mean over the valid region and channels)."
     import kornia
-    _check_video(a, 'a'); _check_video(b, 'b')
+    a, b = to_float(a, 'a', ndim=4), to_float(b, 'b', ndim=4)
     if min(a.shape[-2:]) < window_size: raise ValueError(f"frames {tuple(a.shape[-2:])} are smaller than the "
                                                          f"{window_size}px SSIM window; pass a smaller window_size")
     return kornia.metrics.ssim(a.float(), b.float(), window_size, max_val=1.0, padding='valid').flatten(1).mean(1)
@@ -413,7 +402,7 @@ def lpips_distance(a:torch.Tensor, b:torch.Tensor, # [F,3,H,W] each in [0, 1]
                    batch_size:int=16,
                   ) -> torch.Tensor:
     "LPIPS per frame `[F]` (inputs mapped from [0, 1] to lpips' [-1, 1])."
-    _check_video(a, 'a'); _check_video(b, 'b')
+    a, b = to_float(a, 'a', ndim=4), to_float(b, 'b', ndim=4)
     model = load_lpips() if model is None else model
     dev = next(model.parameters()).device
     with torch.no_grad():

@@ -24,10 +24,10 @@ from .warp import camera_noise
 # %% auto #0
 __all__ = ['DENOISING_LABEL', 'caption_words', 'corpus_vocabulary', 'word_tokenizer', 'MiniWanConfig', 'build_mini_wan',
            'count_parameters', 'mini_wan_dir', 'load_mini_wan', 'Clips', 'load_clips', 'to_vae', 'lr_at', 'train_loop',
-           'load_ema', 'vae_loss', 'vae_batches', 'vae_roundtrip', 'clip_psnr', 'scene_caption', 'training_caption',
-           'shifted_sigma', 'training_noise', 'flow_matching_loss', 'encode_clips', 'set_latent_stats', 'normalise',
-           'initial_latents', 'generate', 'video_grid', 'denoising_quality', 'mini_prompts', 'evaluate_videos',
-           'save_adapter', 'load_rl_adapter']
+           'load_ema', 'vae_loss', 'vae_batches', 'vae_roundtrip', 'scene_caption', 'training_caption', 'shifted_sigma',
+           'training_noise', 'flow_matching_loss', 'encode_clips', 'set_latent_stats', 'normalise', 'initial_latents',
+           'generate', 'video_grid', 'denoising_quality', 'mini_prompts', 'evaluate_videos', 'save_adapter',
+           'load_rl_adapter']
 
 # %% ../nbs/11b_miniwan.ipynb #5de60779
 def caption_words(captions:list[str]) -> list[str]:
@@ -210,11 +210,6 @@ def vae_roundtrip(vae, frames:torch.Tensor, batch:int=8) -> torch.Tensor: # uint
         z = vae.encode(to_vae(frames[i:i + batch])).latent_dist.mean
         out.append(((vae.decode(z).sample.clamp(-1, 1) + 1)/2).permute(0, 2, 1, 3, 4))
     return torch.cat(out)
-
-def clip_psnr(a:torch.Tensor, b:torch.Tensor) -> torch.Tensor: # [N,...] in [0,1]
-    "PSNR in dB of each clip (pooled over all its pixels)."
-    mse = (a.float() - b.float()).pow(2).flatten(1).mean(1)
-    return 10*torch.log10(1/mse.clamp_min(1e-10))
 
 # %% ../nbs/11b_miniwan.ipynb #632a3a04
 def scene_caption(caption:str) -> str:

@@ -6,13 +6,14 @@ reward models run in their own environment."""
 
 # %% ../nbs/08a_rewards.ipynb #79d1f061
 from __future__ import annotations
-import base64, io, json, math, random, re, threading, time, urllib.error, urllib.request
+import base64, io, json, math, random, re, threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import numpy as np
 import torch
 
 from .camera import NO_CAMERA_PHRASE, Trajectory, trajectory_from_prompt
+from .core import RequestFailed, post_json, to_float, to_uint8
 from .metrics import lpips_distance, load_lpips, s_traj as traj_score
 from .splat import render, transform_gaussians
 
@@ -197,7 +198,7 @@ def s_meta(rec, judge, view:str='paper', scoring:str='integer', background=(0.5,
     K = rec.K[0] if rec.K.ndim == 3 else rec.K
     img = render(rec.gaussians, meta_view(rec, view).to(rec.gaussians.means), K.to(rec.gaussians.means), rec.H, rec.W,
                  background=background).rgb
-    pil = Image.fromarray((img.clamp(0, 1)*255).round().byte().permute(1, 2, 0).numpy())
+    pil = Image.fromarray(to_uint8(img))
     reply = judge.generate([JudgeRequest([pil], META_RUBRIC)], max_tokens=8,
                            logprobs=20 if scoring == 'expectation' else None)[0]
     score, why = parse_meta_score(reply, scoring)
@@ -248,7 +249,7 @@ def standin_quality_scorer():
     def fn(images, prompts):
         out = []
         for im in images:
-            x = torch.from_numpy(np.asarray(im, dtype=np.float32)/255).permute(2, 0, 1)
+            x = to_float(np.asarray(im), 'image')
             gray = x.mean(0)
             sharp = ((gray[1:, :] - gray[:-1, :]).abs().mean() + (gray[:, 1:] - gray[:, :-1]).abs().mean())
             colour = (x - gray).abs().mean()
@@ -273,7 +274,7 @@ def r_gen_reward(scorer, first_k:int=4, # from hpsv3_scorer, hpsv2_scorer or sta
         scores = []
         sel = slice(0, first_k) if frames == 'first' else slice(t := rng.randint(0, videos.shape[1] - 1), t + 1)
         for v, p in zip(videos, prompts):
-            frames_ = [Image.fromarray((f.clamp(0, 1)*255).round().byte().permute(1, 2, 0).cpu().numpy()) for f in v[sel]]
+            frames_ = [Image.fromarray(f) for f in to_uint8(v[sel])]
             frames_ = [_jpeg(f) for f in frames_] if jpeg else frames_
             s = scorer(frames_, [p]*len(frames_))
             scores.append(float(np.mean(s)))
@@ -370,13 +371,13 @@ def dynamics_degree(video:torch.Tensor, rec) -> tuple[float, dict]: # [F,3,H,W] 
 
 # %% ../nbs/08a_rewards.ipynb #19bb14f3
 def _encode_videos(videos:torch.Tensor) -> str: # [B,F,3,H,W] in [0,1]
-    buf = io.BytesIO(); np.save(buf, (videos.detach().clamp(0, 1)*255).round().byte().permute(0, 1, 3, 4, 2).cpu().numpy())
+    buf = io.BytesIO(); np.save(buf, to_uint8(videos))
     return base64.b64encode(buf.getvalue()).decode()
 
 def _decode_videos(text:str) -> torch.Tensor:
     a = np.load(io.BytesIO(base64.b64decode(text)), allow_pickle=False)
     if a.dtype != np.uint8 or a.ndim != 5 or a.shape[-1] != 3: raise ValueError(f"videos must be uint8 [B,F,H,W,3], got {a.dtype} {a.shape}")
-    return torch.from_numpy(a).permute(0, 1, 4, 2, 3).float()/255
+    return to_float(a)
 
 def _jsonable_metas(metas):
     return [{k: (trajectory_to_dict(v) if isinstance(v, Trajectory) else v) for k, v in (m or {}).items()} for m in metas]
@@ -429,21 +430,11 @@ class RewardServer:
 def remote_reward(url:str, name:str, timeout:float=600.0, retries:int=2, backoff:float=1.0):
     "A reward function that scores on a `RewardServer` (NaN where the server could not score a video)."
     def fn(videos, prompts, metas):
-        body = json.dumps(dict(videos=_encode_videos(videos), prompts=list(prompts or []),
-                               metas=_jsonable_metas(metas or [{}]*len(videos)))).encode()
-        err = ''
-        for attempt in range(retries + 1):
-            try:
-                req = urllib.request.Request(f"{url.rstrip('/')}/score/{name}", body, {'Content-Type': 'application/json'})
-                with urllib.request.urlopen(req, timeout=timeout) as r: out = json.loads(r.read())
-                scores = torch.tensor([math.nan if s is None else s for s in out['scores']], dtype=torch.float64)
-                return scores, {k: [math.nan if x is None else x for x in v] for k, v in out['info'].items()}
-            except urllib.error.HTTPError as e:
-                err = f"HTTP {e.code}: {e.read()[:300].decode('utf-8', 'replace')}"
-                if e.code < 500: break
-            except (urllib.error.URLError, TimeoutError, OSError) as e: err = f"{type(e).__name__}: {getattr(e, 'reason', e)}"
-            if attempt < retries: time.sleep(backoff*2**attempt)
-        raise RuntimeError(f"reward service {url} could not score {name!r}: {err}")
+        body = dict(videos=_encode_videos(videos), prompts=list(prompts or []), metas=_jsonable_metas(metas or [{}]*len(videos)))
+        try: out = post_json(f"{url.rstrip('/')}/score/{name}", body, None, timeout, retries, backoff)
+        except RequestFailed as e: raise RuntimeError(f"reward service {url} could not score {name!r}: {e}") from e
+        scores = torch.tensor([math.nan if s is None else s for s in out['scores']], dtype=torch.float64)
+        return scores, {k: [math.nan if x is None else x for x in v] for k, v in out['info'].items()}
     return fn
 
 # %% ../nbs/08a_rewards.ipynb #e23fd179

@@ -14,7 +14,7 @@ import roma
 import torch
 
 from .camera import Trajectory, Motion, compose
-from .core import save_json, write_video
+from .core import save_json, to_uint8, write_video
 from .splat import Gaussians, concat, render
 
 # %% auto #0
@@ -197,8 +197,8 @@ def render_video(world:World|Gaussians, traj:Trajectory, # the scene and the cam
         c2w, K = traj.c2w[i:i + batch].float(), traj.K.float()
         if scenes is None: rgb = render(g, c2w, K, traj.H, traj.W, background=background).rgb
         else: rgb = torch.stack([render(scenes[i + k], c2w[k], K, traj.H, traj.W, background=background).rgb for k in range(len(c2w))])
-        out.append((rgb.clamp(0, 1)*255).round().to(torch.uint8).permute(0, 2, 3, 1))
-    return torch.cat(out).numpy()
+        out.append(to_uint8(rgb))
+    return np.concatenate(out)
 
 def save_clip(path:str|Path, # the mp4 to write; the sidecar goes next to it as .json
               frames:np.ndarray, traj:Trajectory, fps:int=16, **meta) -> Path:
