@@ -12,17 +12,16 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import numpy as np
 import torch
 
-from .camera import NO_CAMERA_PHRASE, Trajectory, trajectory_from_prompt
+from .camera import NO_CAMERA_PHRASE, Trajectory, trajectory_from_dict, trajectory_from_prompt, trajectory_to_dict
 from .core import RequestFailed, post_json, to_float, to_uint8
 from .metrics import lpips_distance, load_lpips, s_traj as traj_score
 from .splat import render, transform_gaussians
 
 # %% auto #0
 __all__ = ['META_RUBRIC', 'REWARD_NAMES', 'compose_rewards', 'channel_mean_reward', 'target_image_reward', 'commanded_trajectory',
-           'trajectory_to_dict', 'trajectory_from_dict', 'ReconCache', 's_recon', 'release_render_path', 's_traj',
-           'meta_view', 'parse_meta_score', 's_meta', 'hpsv3_scorer', 'hpsv2_scorer', 'standin_quality_scorer',
-           'r_gen_reward', 'reward_3d', 'make_rewards', 'consistency_rerender', 'consistency_eval', 'dynamics_degree',
-           'RewardServer', 'remote_reward', 'serve_main']
+           'ReconCache', 's_recon', 'release_render_path', 's_traj', 'meta_view', 'parse_meta_score', 's_meta',
+           'hpsv3_scorer', 'hpsv2_scorer', 'standin_quality_scorer', 'r_gen_reward', 'reward_3d', 'make_rewards',
+           'consistency_rerender', 'consistency_eval', 'dynamics_degree', 'RewardServer', 'remote_reward', 'serve_main']
 
 # %% ../nbs/08a_rewards.ipynb #2c3842de
 def compose_rewards(weights:dict[str, float], registry:dict): # {name: weight}; {name: reward fn}
@@ -58,15 +57,6 @@ def commanded_trajectory(prompt:str, meta:dict|None, F:int, H:int, W:int) -> Tra
     if isinstance(t, dict): t = trajectory_from_dict(t)
     if len(t) != F: raise ValueError(f"meta['traj'] has {len(t)} poses but the video has {F} frames")
     return t if (t.H, t.W) == (H, W) else t.resized(H, W)
-
-def trajectory_to_dict(t:Trajectory) -> dict:
-    "A JSON-able trajectory (for metas sent to a reward service)."
-    return dict(c2w=t.c2w.tolist(), K=t.K.tolist(), H=t.H, W=t.W, labels=t.labels, segments=t.segments,
-                prompt=t.prompt, z_ref=t.z_ref, note=t.note)
-
-def trajectory_from_dict(d:dict) -> Trajectory:
-    return Trajectory(torch.tensor(d['c2w'], dtype=torch.float64), torch.tensor(d['K'], dtype=torch.float64), d['H'], d['W'],
-                      d['labels'], d.get('segments', []), d.get('prompt', ''), d.get('z_ref', 1.0), d.get('note', ''))
 
 # %% ../nbs/08a_rewards.ipynb #ee3da436
 class ReconCache:

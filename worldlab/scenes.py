@@ -13,7 +13,7 @@ import numpy as np
 import roma
 import torch
 
-from .camera import Trajectory, Motion, compose
+from .camera import TRAJECTORY_KEYS, Trajectory, Motion, compose, trajectory_from_dict, trajectory_to_dict
 from .core import save_json, to_uint8, write_video
 from .splat import Gaussians, concat, render
 
@@ -202,11 +202,11 @@ def render_video(world:World|Gaussians, traj:Trajectory, # the scene and the cam
 
 def save_clip(path:str|Path, # the mp4 to write; the sidecar goes next to it as .json
               frames:np.ndarray, traj:Trajectory, fps:int=16, **meta) -> Path:
-    "Write an mp4 and its JSON sidecar (c2w, K, H, W, labels, prompt and any `meta`)."
+    "Write an mp4 and its JSON sidecar (every field of the trajectory, `fps` and any `meta`)."
     path = Path(path)
+    if clash := set(meta) & {*TRAJECTORY_KEYS, 'fps'}: raise ValueError(f"meta keys {sorted(clash)} would overwrite the trajectory's")
     write_video(path, frames, fps)
-    save_json(dict(c2w=traj.c2w.tolist(), K=traj.K.tolist(), H=traj.H, W=traj.W, labels=traj.labels,
-                   segments=traj.segments, prompt=traj.prompt, z_ref=traj.z_ref, fps=fps, **meta), path.with_suffix('.json'))
+    save_json(trajectory_to_dict(traj) | dict(fps=fps, **meta), path.with_suffix('.json'))
     return path
 
 def load_clip(path:str|Path) -> tuple[np.ndarray, Trajectory, dict]:
@@ -215,9 +215,7 @@ def load_clip(path:str|Path) -> tuple[np.ndarray, Trajectory, dict]:
     path = Path(path)
     meta = json.loads(path.with_suffix('.json').read_text())
     frames, _ = read_video(path)
-    traj = Trajectory(torch.tensor(meta.pop('c2w'), dtype=torch.float64), torch.tensor(meta.pop('K'), dtype=torch.float64),
-                      meta.pop('H'), meta.pop('W'), meta.pop('labels'), meta.pop('segments'), meta.pop('prompt'), meta.pop('z_ref'))
-    return frames, traj, meta
+    return frames, trajectory_from_dict(meta), {k: v for k, v in meta.items() if k not in TRAJECTORY_KEYS}
 
 # %% ../nbs/05_scenes.ipynb #2e04f160
 @dataclass
