@@ -352,7 +352,7 @@ def evaluate_videos(videos:torch.Tensor, prompts:list[str], # [B,F,3,H,W] in [0,
                     cache=None, lpips_model=None, quality=None, # a rewards.ReconCache; from metrics.load_lpips; a reward fn (R_gen)
                    ) -> pd.DataFrame:
     "One row per video: recon_ok, PSNR, SSIM, LPIPS, s_traj, RotErr, TransErr, dynamics and r_gen."
-    from worldlab.metrics import camera_metrics, recon_metrics, s_traj
+    from worldlab.metrics import camera_metrics, recon_metrics, trajectory_score
     from worldlab.rewards import ReconCache, consistency_rerender, dynamics_degree
     cache = cache or ReconCache('fit', depth_prior='procedural')
     rg = quality(videos, prompts, [{}]*len(prompts))[0] if quality is not None else torch.full((len(videos),), math.nan)
@@ -363,7 +363,7 @@ def evaluate_videos(videos:torch.Tensor, prompts:list[str], # [B,F,3,H,W] in [0,
         row = dict(prompt=p, recon_ok=rec.ok, r_gen=r)
         if rec.ok:
             row |= recon_metrics(v, consistency_rerender(rec, traj).to(v), lpips_model)
-            row['s_traj'] = s_traj(rec.video_c2w, traj)[0]
+            row['s_traj'] = trajectory_score(rec.video_c2w, traj)[0]
             cm = camera_metrics(rec.video_c2w, traj, degrees=True)
             row |= dict(RotErr=cm['RotErr'], TransErr=cm['TransErr'], dynamics=dynamics_degree(v, rec)[0])
         rows.append(row)

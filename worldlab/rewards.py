@@ -14,7 +14,7 @@ import torch
 
 from .camera import NO_CAMERA_PHRASE, Trajectory, trajectory_from_dict, trajectory_from_prompt, trajectory_to_dict
 from .core import RequestFailed, post_json, to_float, to_uint8
-from .metrics import lpips_distance, load_lpips, s_traj as traj_score
+from .metrics import lpips_distance, load_lpips, trajectory_score
 from .splat import render, transform_gaussians
 
 # %% auto #0
@@ -143,7 +143,7 @@ def s_traj(rec, traj:Trajectory, form:str='release', **kw) -> tuple[float, dict]
     if not rec.ok: return math.nan, dict(reason=f"reconstruction failed: {rec.reason}")
     est = rec.video_c2w
     if not torch.isfinite(est).all(): return math.nan, dict(reason=f"camera tracking failed: {rec.info.get('track_reason', 'non-finite poses')}")
-    return traj_score(est, traj, form=form, **kw)
+    return trajectory_score(est, traj, form=form, **kw)
 
 # %% ../nbs/08a_rewards.ipynb #2feafcb0
 META_RUBRIC = (
@@ -285,7 +285,7 @@ def _per_video(videos, prompts, metas, score_one):
 def reward_3d(cache:ReconCache, lpips_model=None, judge=None, # judge: None leaves S_meta unscored (NaN)
               parts:dict|None=None, # weights of s_meta, s_recon, s_traj (World-R1: 1 each)
               traj_form:str='release', meta_view_kind:str='paper', meta_scoring:str='integer',
-              traj_align:str='worldlab', recon_path:str='cameras'): # see metrics.s_traj(align=) and s_recon(path=)
+              traj_align:str='worldlab', recon_path:str='cameras'): # see metrics.trajectory_score(align=) and s_recon(path=)
     "R_3D = S_meta + S_recon + S_traj from one shared reconstruction per video."
     parts = parts or dict(s_meta=1.0, s_recon=1.0, s_traj=1.0)
     def one(video, prompt, meta):
