@@ -147,7 +147,10 @@ def to_float(video, # uint8 [...,H,W,3] (numpy or torch) or float [...,3,H,W] in
             ) -> torch.Tensor:
     "Frames as float32 `[...,3,H,W]` in [0,1]: uint8 `[...,H,W,3]` is divided by 255, float `[...,3,H,W]` passes through."
     import torch
-    v = torch.as_tensor(np.ascontiguousarray(video)) if isinstance(video, np.ndarray) else torch.as_tensor(video)
+    if isinstance(video, np.ndarray):
+        a = np.ascontiguousarray(video)
+        v = torch.from_numpy(a if a.flags.writeable else a.copy())   # read-only arrays (decoded video, np.load) are copied
+    else: v = torch.as_tensor(video)
     if ndim is not None and v.ndim != ndim:
         raise ValueError(f"{name} must have {ndim} axes (uint8 {'[F,H,W,3]' if ndim == 4 else '[...,H,W,3]'} or float "
                          f"{'[F,3,H,W]' if ndim == 4 else '[...,3,H,W]'}), got shape {tuple(v.shape)}")
