@@ -145,7 +145,7 @@ def test_bad_parameters_are_refused_before_a_run_folder_exists(tmp_path):
         assert r.returncode == 2, r.stderr
         assert f'num_frames = {bad} is not 4k+1' in r.stderr and valid in r.stderr, r.stderr
     r = worldlab('run', 'walkthrough', '-p', 'warp_method', 'nearest', '--out', tmp_path)
-    assert r.returncode == 2 and 'integral, integral_markov, discrete' in r.stderr, r.stderr
+    assert r.returncode == 2 and 'anchored, frame_to_frame, discrete' in r.stderr, r.stderr
     assert not (tmp_path/'walkthrough').exists()                 # nothing was created
 
 

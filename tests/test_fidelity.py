@@ -201,10 +201,10 @@ def _perfect(names, noise, seed=0):
 def test_s_traj_release_alignment_matches_the_release(names, noise, tol):
     "Noise-free estimates and collinear fallbacks exactly; noisy ones up to the release's unseeded RANSAC."
     from worldlab.camera import chain_trajectory
-    from worldlab.metrics import s_traj
+    from worldlab.metrics import trajectory_score
     T, est = _perfect(names, noise)
     want, winfo = ref.camera_motion_score(est, T, seed=0)
-    got, info = s_traj(torch.tensor(est), chain_trajectory(names, 81, timing='release', orbit='release'), 'release', align='release')
+    got, info = trajectory_score(torch.tensor(est), chain_trajectory(names, 81, timing='release', orbit='release'), 'release', align='release')
     assert abs(got - want) < tol, (got, want, info, winfo)
     assert info['alignment'].startswith('not aligned') == winfo['alignment'].startswith('not aligned')
 
@@ -212,11 +212,11 @@ def test_s_traj_release_alignment_matches_the_release(names, noise, tol):
 def test_s_traj_fallback_effect():
     "A perfect push-in video: the release's fallback scores it 0.52, worldlab's alignment 1."
     from worldlab.camera import chain_trajectory
-    from worldlab.metrics import s_traj
+    from worldlab.metrics import trajectory_score
     T, est = _perfect(['push_in'], 0)
     cmd = chain_trajectory(['push_in'], 81, timing='release')
-    assert abs(s_traj(torch.tensor(est), cmd, 'release', align='release')[0] - 0.52) < 0.01
-    assert s_traj(torch.tensor(est), cmd, 'release')[0] > 0.999
+    assert abs(trajectory_score(torch.tensor(est), cmd, 'release', align='release')[0] - 0.52) < 0.01
+    assert trajectory_score(torch.tensor(est), cmd, 'release')[0] > 0.999
 
 
 # --- S_recon, R_gen, S_meta -----------------------------------------------------------------------------------------------

@@ -11,9 +11,10 @@ def test_worldlab_rewards_serves_what_runs_in_process():
     from worldlab.camera import chain_trajectory
     from worldlab.core import to_float
     from worldlab.scenes import make_world, render_video
-    from worldlab.rewards import make_rewards, remote_reward
+    from worldlab.rewards import make_rewards
+    from worldlab.reward_service import remote_reward
     traj = chain_trajectory(['push_in'], 5, 32, 32)
-    video = to_float(render_video(make_world('still_life', seed=0), traj))[None]
+    video = to_float(render_video(make_world('micro_still_life', seed=0), traj))[None]
     p = subprocess.Popen([str(BIN/'worldlab-rewards'), '--rewards', 's_recon,s_traj', '--lpips', 'random', '--port', '0'],
                          cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                          env={**os.environ, 'OMP_NUM_THREADS': '1'})

@@ -165,12 +165,12 @@ def test_discrete_transport_rounds_like_the_release(scale, expected):
 # every step, so it decays. Each mean correlation averages ~20 frames of N ~ 1e5 products (sd ~ 0.005 each): the
 # thresholds 0.85 and 0.6 are the claims, tens of standard deviations from both transports' expected ratios.
 def coherence_ratios(seed:int) -> tuple[float, float]:
-    "a[8]/a[1] for the anchored transport and the frame-to-frame one (integral_markov), on pan_right."
+    "a[8]/a[1] for the anchored transport and the frame-to-frame one, on pan_right."
     tr = chain_trajectory('pan_right', 81)
     lat = tr.at(slice(None, None, 4)).resized(60, 104)
     g = torch.Generator().manual_seed(seed)
     a = aligned_correlation(camera_noise(tr, degradation=0, generator=g).movedim(1, 0), lat, (1, 8))
-    m = aligned_correlation(camera_noise(tr, method='integral_markov', degradation=0, generator=g).movedim(1, 0), lat, (1, 8))
+    m = aligned_correlation(camera_noise(tr, method='frame_to_frame', degradation=0, generator=g).movedim(1, 0), lat, (1, 8))
     return a[8]/a[1], m[8]/m[1]
 
 

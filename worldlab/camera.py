@@ -6,17 +6,18 @@ prompt keywords, and action tokens, all in one camera model."""
 # %% ../nbs/01_camera.ipynb #f1223330
 from __future__ import annotations
 import functools, math, re
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field, fields, replace
 
 import roma
 import torch
 
 # %% auto #0
-__all__ = ['RELEASE_MOTIONS', 'PRIMITIVES', 'COMPOSITES', 'CAMERA_PHRASES', 'NO_CAMERA_PHRASE', 'ACTION_STEP',
+__all__ = ['RELEASE_MOTIONS', 'PRIMITIVES', 'COMPOSITES', 'TRAJECTORY_KEYS', 'CAMERA_PHRASES', 'NO_CAMERA_PHRASE', 'ACTION_STEP',
            'TRANSLATION_TOKENS', 'ROTATION_TOKENS', 'ROTATION_ALIASES', 'intrinsics', 'scale_intrinsics', 'Motion',
-           'rotation', 'motion_step', 'primitive_motion', 'Trajectory', 'split_steps', 'compose', 'segment_poses',
-           'chain_trajectory', 'detect_camera_phrases', 'trajectory_from_prompt', 'Action', 'parse_action',
-           'trajectory_from_actions', 'plot_trajectories', 'camera_explorer']
+           'rotation', 'motion_step', 'primitive_motion', 'Trajectory', 'trajectory_to_dict', 'trajectory_from_dict',
+           'split_steps', 'compose', 'segment_poses', 'chain_trajectory', 'detect_camera_phrases',
+           'trajectory_from_prompt', 'Action', 'parse_action', 'trajectory_from_actions', 'plot_trajectories',
+           'camera_explorer']
 
 # %% ../nbs/01_camera.ipynb #afd31c0a
 def intrinsics(H:int, W:int, # image size in pixels
@@ -128,6 +129,20 @@ class Trajectory:
 
     @property
     def centers(self) -> torch.Tensor: return self.c2w[:, :3, 3]  # [N,3] camera centres
+
+# %% ../nbs/01_camera.ipynb #7b2e1d63
+TRAJECTORY_KEYS = tuple(f.name for f in fields(Trajectory))   # what trajectory_to_dict writes
+
+def trajectory_to_dict(t:Trajectory) -> dict:
+    "Every field of a trajectory, JSON-able (tensors as nested lists)."
+    return {k: (v.tolist() if torch.is_tensor(v) else list(v) if isinstance(v, list) else v) for k, v in ((k, getattr(t, k)) for k in TRAJECTORY_KEYS)}
+
+def trajectory_from_dict(d:dict) -> Trajectory:
+    "The trajectory of a `trajectory_to_dict` (other keys are ignored; a missing optional field gets its default)."
+    missing = [k for k in ('c2w', 'K', 'H', 'W', 'labels') if k not in d]
+    if missing: raise ValueError(f"not a trajectory: missing {', '.join(missing)} (keys: {', '.join(map(str, d))})")
+    kw = {k: d[k] for k in TRAJECTORY_KEYS if k in d}
+    return Trajectory(**kw | dict(c2w=torch.tensor(d['c2w'], dtype=torch.float64), K=torch.tensor(d['K'], dtype=torch.float64)))
 
 # %% ../nbs/01_camera.ipynb #e0f23a9d
 def split_steps(num_frames:int, # frames in the clip (steps = num_frames - 1)

@@ -15,11 +15,12 @@ from PIL import Image, ImageDraw, ImageFont
 
 from .camera import parse_action
 from .core import read_video, save_json
+from .judge import load_image, shrink_to_fit
 
 # %% auto #0
 __all__ = ['CHUNK_SIZE', 'IDLE_LABEL', 'SLOT_COLORS', 'ROW_LABELS', 'ROW_COLORS', 'BG', 'GREY', 'MAX_SIDE', 'IMAGE_NAMES',
            'PNG_LEVEL', 'CHUNK_RECORD', 'Side', 'Pair', 'pair_from_dict', 'read_pairs', 'segment_frames', 'side_spans',
-           'action_frames', 'chunk_slots', 'slot_label', 'frame_grid_image', 'action_panel_image', 'fit', 'render_pair',
+           'action_frames', 'chunk_slots', 'slot_label', 'frame_grid_image', 'action_panel_image', 'render_pair',
            'render_pairs']
 
 # %% ../nbs/10_chunks.ipynb #feef4f20
@@ -184,11 +185,6 @@ def action_panel_image(a_start, a_end, b_start, b_end, # the slot's first and la
         for c, frame in enumerate(row): im.paste(_cell(frame, cell_w, ch, color, 4), (lab_w + c*(cell_w + gap), y))
     return im
 
-def fit(im:Image.Image, max_side:int=MAX_SIDE) -> Image.Image:
-    "The image shrunk (never enlarged) so that its long side is at most `max_side`."
-    s = max_side/max(im.size)
-    return im if s >= 1 else im.resize((round(im.width*s), round(im.height*s)), Image.BILINEAR)
-
 # %% ../nbs/10_chunks.ipynb #aa580586
 IMAGE_NAMES = ('input_image.png', 'frame_grid.png', 'action1.png', 'action2.png', 'action3.png', 'action4.png')
 
@@ -211,7 +207,7 @@ def render_pair(pair:Pair, out:str|Path, force:bool=False) -> list[dict]:
     if not pair.input_image.exists(): raise FileNotFoundError(f"{pair.pair_id}: input image {pair.input_image} does not exist")
     A, B = read_video(pair.left.video)[0], read_video(pair.right.video)[0]
     sa, sb = side_spans(pair, pair.left), side_spans(pair, pair.right)
-    src = fit(Image.open(pair.input_image).convert('RGB'))
+    src = load_image(pair.input_image, MAX_SIDE)
     panel_w = int(np.clip(1.5*max(A.shape[2], B.shape[2]), 320, 480))   # close-up cells: never blown up past 1.5x
     records, clamped, src_png = [], set(), None
     for k, chunk in enumerate(slots):
@@ -230,10 +226,10 @@ def render_pair(pair:Pair, out:str|Path, force:bool=False) -> list[dict]:
                 if ca: clamped.add(('left', i))
                 if cb: clamped.add(('right', i))
             ga.append(fa); gb.append(fb)
-            _save_png(fit(action_panel_image(fa[0], fa[2], fb[0], fb[2], s, labels[-1], panel_w)), d/f'action{s + 1}.png')
+            _save_png(shrink_to_fit(action_panel_image(fa[0], fa[2], fb[0], fb[2], s, labels[-1], panel_w), MAX_SIDE), d/f'action{s + 1}.png')
         prev = [i for i, _ in slots[k - 1] if i >= 0] if k else []
         ref = lambda F, S: action_frames(F, S, prev[-1])[2] if prev else F[0]
-        _save_png(fit(frame_grid_image(ga, gb, labels, ref(A, sa), ref(B, sb))), d/'frame_grid.png')
+        _save_png(shrink_to_fit(frame_grid_image(ga, gb, labels, ref(A, sa), ref(B, sb)), MAX_SIDE), d/'frame_grid.png')
         if src_png is None: _save_png(src, d/'input_image.png'); src_png = (d/'input_image.png').read_bytes()
         else: (d/'input_image.png').write_bytes(src_png)                 # the same image in every chunk: encode once
         rec = dict(pair_id=pair.pair_id, chunk_id=k, caption=pair.input_caption,

@@ -48,7 +48,7 @@ class TrainConfig:
     delta_steps:int = 8                                          # stepwise_delta: denoising steps that receive it
     delta_kernel:int = 9                                         # stepwise_delta: box low-pass size on the latent grid
     noise_degradation:float = 0.35                               # share of fresh noise mixed in after warping (variance kept)
-    warp_method:str = 'integral'                                 # the noise transport (see `warp.camera_noise`)
+    warp_method:str = 'anchored'                                 # noise transport: anchored | frame_to_frame | discrete (release)
     main_steps:int = 100; dynamic_steps:int = 50                 # periodic decoupling: main steps, then dynamic-subset steps
     reward_weights:dict = field(default_factory=lambda: {'reward_3d': 1.0, 'reward_general': 1.0})
     dynamic_reward_weights:dict|None = None                      # default: main weights with reward_3d set to 0

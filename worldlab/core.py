@@ -5,7 +5,7 @@ device and dtype, video files, run folders, and figures saved as HTML and PNG.""
 
 # %% ../nbs/00_core.ipynb #440b570f
 from __future__ import annotations
-import atexit, configparser, json, math, os, random, re, secrets, shutil, sys, tempfile, time
+import atexit, configparser, json, math, os, random, re, secrets, shutil, sys, tempfile, time, urllib.error, urllib.request
 from dataclasses import dataclass, field
 from fractions import Fraction
 from pathlib import Path
@@ -14,12 +14,12 @@ import numpy as np                  # torch is imported by the functions that us
 
 # %% auto #0
 __all__ = ['PNG_RENDERERS', 'project_root', 'shared_dataset', 'parse_value', 'load_presets', 'load_preset', 'seed_everything',
-           'pick_device', 'pick_dtype', 'to_float', 'to_uint8', 'write_video', 'read_video', 'make_run_id',
-           'use_temporary_outputs', 'outputs_root', 'run_folder', 'save_json', 'mpl_color', 'mpl_cmap', 'plain_text',
-           'fill_template', 'decode_arrays', 'figure_panels', 'panel_grid', 'category_ticks', 'draw_scatter',
-           'draw_bar', 'decode_image_source', 'draw_image', 'draw_heatmap', 'scene_axes_map', 'draw_scatter3d',
-           'histograms_as_heatmaps', 'figure_to_matplotlib', 'figure_png', 'image_ink', 'figure_html', 'SavedFigure',
-           'save_figure']
+           'pick_device', 'pick_dtype', 'to_float', 'to_uint8', 'psnr', 'write_video', 'read_video', 'make_run_id',
+           'use_temporary_outputs', 'outputs_root', 'run_folder', 'save_json', 'RequestFailed', 'post_json',
+           'mpl_color', 'mpl_cmap', 'plain_text', 'fill_template', 'decode_arrays', 'figure_panels', 'panel_grid',
+           'category_ticks', 'draw_scatter', 'draw_bar', 'decode_image_source', 'draw_image', 'draw_heatmap',
+           'scene_axes_map', 'draw_scatter3d', 'histograms_as_heatmaps', 'figure_to_matplotlib', 'figure_png',
+           'image_ink', 'figure_html', 'SavedFigure', 'save_figure']
 
 # %% ../nbs/00_core.ipynb #a90e2314
 def project_root(start:str|Path|None=None, # folder to start from (default: the current folder, then this file's)
@@ -141,18 +141,41 @@ def _is_tensor(o) -> bool:
     "Whether `o` is a torch tensor (torch is not imported to find out: no tensor exists before it is)."
     return 'torch' in sys.modules and sys.modules['torch'].is_tensor(o)
 
-def to_float(video) -> torch.Tensor: # uint8 [...,F,H,W,3] (numpy or torch)
-    "uint8 `[...,F,H,W,3]` frames to float32 `[...,F,3,H,W]` in [0,1]."
+def to_float(video, # uint8 [...,H,W,3] (numpy or torch) or float [...,3,H,W] in [0,1]
+             name:str='video', # what to call it in errors
+             ndim:int|None=None, # axes required, e.g. 4 for one video [F,3,H,W] (default: any, at least 3)
+            ) -> torch.Tensor:
+    "Frames as float32 `[...,3,H,W]` in [0,1]: uint8 `[...,H,W,3]` is divided by 255, float `[...,3,H,W]` passes through."
     import torch
-    v = torch.as_tensor(np.asarray(video) if not torch.is_tensor(video) else video)
-    if v.dtype != torch.uint8: raise TypeError(f"expected uint8 frames [F,H,W,3], got {v.dtype}")
-    return v.movedim(-1, -3).float() / 255
+    if isinstance(video, np.ndarray):
+        a = np.ascontiguousarray(video)
+        v = torch.from_numpy(a if a.flags.writeable else a.copy())   # read-only arrays (decoded video, np.load) are copied
+    else: v = torch.as_tensor(video)
+    if ndim is not None and v.ndim != ndim:
+        raise ValueError(f"{name} must have {ndim} axes (uint8 {'[F,H,W,3]' if ndim == 4 else '[...,H,W,3]'} or float "
+                         f"{'[F,3,H,W]' if ndim == 4 else '[...,3,H,W]'}), got shape {tuple(v.shape)}")
+    if v.dtype == torch.uint8:
+        if v.ndim < 3 or v.shape[-1] != 3: raise ValueError(f"uint8 {name} must be [...,H,W,3] (e.g. [F,H,W,3]), got {tuple(v.shape)}")
+        return v.movedim(-1, -3).float()/255
+    if not v.is_floating_point() or v.ndim < 3 or v.shape[-3] != 3:
+        raise ValueError(f"{name} must be uint8 [...,H,W,3] or float [...,3,H,W] in [0,1] (e.g. [F,3,H,W]); got {v.dtype} {tuple(v.shape)}")
+    return v.float()
 
 def to_uint8(video:torch.Tensor) -> np.ndarray: # float [...,F,3,H,W] in [0,1]
     "float `[...,F,3,H,W]` in [0,1] to uint8 `[...,F,H,W,3]` numpy (clipped, rounded)."
     import torch
     v = torch.as_tensor(video).detach().float().clamp(0, 1).mul(255).round().to(torch.uint8)
     return v.movedim(-3, -1).cpu().numpy()
+
+def psnr(a:torch.Tensor, b:torch.Tensor) -> torch.Tensor: # float [N,...] each in [0,1]: frames [F,3,H,W] or clips [N,F,3,H,W]
+    "PSNR in dB of each item along the first axis `[N]` (MSE over the rest, floored at 1e-10: at most 100 dB)."
+    import torch
+    for x, n in ((a, 'a'), (b, 'b')):
+        if not torch.is_tensor(x) or not x.is_floating_point():
+            raise ValueError(f"{n} must be a float tensor in [0,1], got {getattr(x, 'dtype', type(x).__name__)}: convert uint8 frames with to_float")
+    if a.shape != b.shape: raise ValueError(f"a and b must have the same shape, got {tuple(a.shape)} and {tuple(b.shape)}")
+    mse = (a.float() - b.float()).pow(2).flatten(1).mean(1).clamp_min(1e-10)
+    return -10*torch.log10(mse)
 
 # %% ../nbs/00_core.ipynb #00df6331
 def write_video(path:str|Path, # where to write (.mp4)
@@ -238,6 +261,27 @@ def save_json(obj, # anything JSON can hold, plus numpy/torch values and Paths
     except BaseException: tmp.unlink(missing_ok=True); raise
     os.replace(tmp, path)
     return path
+
+# %% ../nbs/00_core.ipynb #4c9a2d38
+class RequestFailed(RuntimeError):
+    "A JSON POST that failed after its retries (or at once, for a request the server refuses)."
+
+def post_json(url:str, body:dict, headers:dict|None=None, # extra headers (Content-Type is set)
+              timeout:float=60.0, # seconds for each attempt
+              retries:int=2, backoff:float=1.0, # attempts after the first; sleep backoff*2**k before attempt k+1
+             ) -> dict:
+    "POST `body` as JSON and return the decoded reply; `RequestFailed` (with the last error) when no attempt succeeds."
+    data, err = json.dumps(body).encode(), ''
+    for attempt in range(retries + 1):
+        try:
+            req = urllib.request.Request(url, data, {'Content-Type': 'application/json', **(headers or {})})
+            with urllib.request.urlopen(req, timeout=timeout) as r: return json.loads(r.read())
+        except urllib.error.HTTPError as e:
+            err = f"HTTP {e.code}: {e.read()[:300].decode('utf-8', 'replace')}"
+            if e.code != 429 and e.code < 500: break                     # the request itself is wrong
+        except (urllib.error.URLError, TimeoutError, OSError) as e: err = f"{type(e).__name__}: {getattr(e, 'reason', e)}"
+        if attempt < retries: time.sleep(backoff*2**attempt)
+    raise RequestFailed(f"{err} (after {attempt + 1} attempts)")
 
 # %% ../nbs/00_core.ipynb #48c318a6
 _COLORWAY = ('#636efa', '#EF553B', '#00cc96', '#ab63fa', '#FFA15A', '#19d3f3', '#FF6692', '#B6E880', '#FF97FF', '#FECB52')

@@ -18,7 +18,7 @@ import torch
 from .camera import PRIMITIVES, COMPOSITES, trajectory_from_prompt
 from .core import save_json
 from .prompts import camera_phrase
-from .scenes import CATEGORIES, World, box, column, make_world, render_video, save_clip, load_clip, sphere
+from .scenes import CATEGORIES, World, scene_category, box, column, make_world, render_video, save_clip, load_clip, sphere
 from .splat import concat
 
 # %% auto #0
@@ -31,8 +31,8 @@ COLOURS = {'red': (0.85, 0.12, 0.1), 'green': (0.15, 0.7, 0.2), 'blue': (0.15, 0
            'yellow': (0.95, 0.85, 0.15), 'white': (0.95, 0.95, 0.95), 'purple': (0.6, 0.2, 0.75)}
 SHAPES = ('ball', 'cube', 'pillar')
 TEST_SUBJECTS = {('red', 'cube'), ('green', 'pillar'), ('blue', 'ball'), ('yellow', 'pillar'), ('white', 'ball'), ('purple', 'cube')}
-PLACES = {'natural_landscape': 'in a green meadow', 'urban_architecture': 'in a city square',
-          'still_life': 'on a wooden table', 'fantasy': 'in a violet dream world'}
+PLACES = {'natural_landscapes': 'in a green meadow', 'urban_architecture': 'in a city square',
+          'micro_still_life': 'on a wooden table', 'fantasy_surrealism': 'in a violet dream world'}
 WORLD_SEEDS = {'train': 10_000, 'test': 50_000}     # first world seed of each split (benchmarks use < 100, the depth prior 1000-7000)
 
 def subjects(split:str) -> list[tuple[str, str]]:
@@ -122,7 +122,7 @@ class ClipSpec:
 def caption_for(spec:ClipSpec) -> str:
     "The clip's caption: World-R1's camera sentence, then the subject, what it does, and where."
     verb = f" that {DYNAMICS[spec.dynamic][1][spec.sign > 0]}" if spec.dynamic else ''
-    return f"{camera_phrase(spec.cameras)} A {spec.colour} {spec.shape}{verb} {PLACES[spec.category]}."
+    return f"{camera_phrase(spec.cameras)} A {spec.colour} {spec.shape}{verb} {PLACES[scene_category(spec.category)]}."
 
 def plan_corpus(n_train:int=1800, n_test:int=240, # clips per split
                 dynamic_share:float=1/6, chain_share:float=0.3, seed:int=0) -> list[ClipSpec]:
@@ -185,7 +185,8 @@ def read_corpus(folder:str|Path) -> pd.DataFrame:
         if 'spec' not in meta: continue
         rows.append(dict(meta['spec'], path=str(js.with_suffix('.mp4')), bytes=js.with_suffix('.mp4').stat().st_size))
     if not rows: raise FileNotFoundError(f"no corpus clips in {folder}: make one with `worldlab run make_corpus`")
-    return pd.DataFrame(rows)
+    df = pd.DataFrame(rows)
+    return df.assign(category=df.category.map(scene_category))      # corpus-v1 clips carry the old category names
 
 # %% ../nbs/06b_corpus.ipynb #d7c8bcab
 def frame_strip(paths:list, # clips to show, one row each

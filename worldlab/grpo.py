@@ -22,7 +22,7 @@ from .warp import camera_noise, inject_init, stepwise_delta
 __all__ = ['group_advantages', 'grpo_loss', 'kl_to_reference', 'PeriodicSchedule', 'shard_transformer', 'Trainer']
 
 # %% ../nbs/12_grpo.ipynb #5dc61f72
-from .rewards import channel_mean_reward, compose_rewards, target_image_reward
+from .reward_contract import channel_mean_reward, compose_rewards, target_image_reward
 
 # %% ../nbs/12_grpo.ipynb #489363ce
 def group_advantages(rewards:torch.Tensor, # [N] rewards (NaN: could not score)
@@ -218,10 +218,10 @@ def _numeric(v) -> bool:
 
 @patch
 def score(self:Trainer, prompts:list[str], mine:list[int], rolls:list) -> tuple[torch.Tensor, dict, list[str]]:
-    "Phase 2: the phase's weighted reward of every video [n], its numeric components {name: [n]}, and why samples could not be scored."
+    "Phase 2: the phase's weighted reward of every video [n], its components {name: [n]}, and why samples could not be scored."
     c = self.cfg
     reward_fn = compose_rewards(self.schedule.rewards(self.step), self.registry)
-    rewards, info, reasons = [], {}, []
+    rewards, info, reasons, fails = [], {}, [], []
     for gidx, r in zip(mine, rolls):
         meta = dict(group=f'{self.step}-{gidx}', prompt=prompts[gidx], traj=self.commanded(prompts[gidx]))   # the rewards score this path
         s, inf = reward_fn(r.video, [prompts[gidx]]*c.group_size, [meta]*c.group_size)
@@ -229,7 +229,16 @@ def score(self:Trainer, prompts:list[str], mine:list[int], rolls:list) -> tuple[
         for k, v in inf.items():
             if _numeric(v): info.setdefault(k, []).append(torch.as_tensor(v, dtype=torch.float64))
             elif k.endswith('reason'): reasons += [f"{prompts[gidx][:40]}: {x}" for x, y in zip(v, s) if x and torch.isnan(y)]
+            elif k.endswith('traceback'): fails += [(gidx, i, k, x) for i, x in enumerate(v) if x]
+    self._log_failures(prompts, mine, fails)
     return torch.cat(rewards), {k: torch.cat(v) for k, v in info.items()}, reasons
+
+@patch
+def _log_failures(self:Trainer, prompts:list[str], mine:list[int], fails:list):
+    "Append the tracebacks of videos a reward could not score to `run_dir/reward_failures.log`."
+    if not fails or self.run_dir is None: return
+    with open(self.run_dir/'reward_failures.log', 'a') as f:
+        for gidx, i, name, tb in fails: f.write(f"--- step {self.step}, prompt {prompts[gidx]!r}, video {i}, {name}\n{tb}\n")
 
 # %% ../nbs/12_grpo.ipynb #51c48e44
 @patch
@@ -283,13 +292,17 @@ def update(self:Trainer, rolls:list, embs:list, A:dict, win:tuple[int, int]) -> 
 @patch
 def metrics(self:Trainer, phase:str, win:tuple[int, int], rewards:torch.Tensor, A:dict, stats:list[dict], gnorm:float,
             info:dict, reasons:list[str], times:dict) -> dict:
-    "Phase 5: one row of the metrics table from every process's share of the step."
+    "Phase 5: one row of the metrics table from every process's share of the step (an error when no video could be scored)."
     parts = self._gather(dict(flat=rewards, adv=A['advantages'][A['mask']], stats=stats, reasons=reasons, info=info,
                               counts=(A['nan_rewards'], A['zero_std_groups'], A['groups'])))
     flat = torch.cat([p['flat'] for p in parts]); adv = torch.cat([p['adv'] for p in parts])
     stats = [s for p in parts for s in p['stats']]
     nan_n, zero_n, groups_n = (sum(p['counts'][i] for p in parts) for i in range(3))
     ok = ~torch.isnan(flat)
+    if not ok.any():                                                   # every process sees the same gathered batch: all stop
+        why = ' | '.join(dict.fromkeys(r for p in parts for r in p['reasons']))[:800]
+        raise RuntimeError(f"step {self.step}: no video could be scored ({why})"
+                           + (f"; tracebacks in {self.run_dir/'reward_failures.log'}" if self.run_dir else ''))
     return dict(step=self.step, phase=phase, reward_mean=float(flat[ok].mean()) if ok.any() else float('nan'),
                 reward_std=float(flat[ok].std()) if ok.sum() > 1 else 0.0, nan_rewards=nan_n,
                 zero_std_ratio=zero_n/max(1, groups_n), adv_abs_mean=float(adv.abs().mean()) if len(adv) else 0.0,

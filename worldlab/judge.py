@@ -5,16 +5,18 @@ offline, an OpenAI-compatible server (e.g. `vllm serve`) and transformers."""
 
 # %% ../nbs/09_judge.ipynb #f54a0ff3
 from __future__ import annotations
-import base64, io, json, math, mimetypes, time, urllib.error, urllib.request
+import base64, io, json, math, mimetypes, time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from PIL import Image
 
+from .core import RequestFailed, post_json
+
 # %% auto #0
-__all__ = ['JudgeRequest', 'JudgeReply', 'load_image', 'JudgeBackend', 'OpenAIBackend', 'VLLMBackend', 'TransformersBackend',
-           'tiny_qwen_vl', 'make_judge']
+__all__ = ['JudgeRequest', 'JudgeReply', 'shrink_to_fit', 'load_image', 'JudgeBackend', 'OpenAIBackend', 'VLLMBackend',
+           'TransformersBackend', 'tiny_qwen_vl', 'make_judge']
 
 # %% ../nbs/09_judge.ipynb #0eaa6afd
 @dataclass
@@ -35,12 +37,14 @@ class JudgeReply:
     @property
     def ok(self) -> bool: return self.text is not None and self.error is None
 
-def load_image(img, max_side:int=2048) -> Image.Image:
-    "An RGB PIL image from a path or image, shrunk (never enlarged) to `max_side`."
-    im = img if isinstance(img, Image.Image) else Image.open(img)
-    im = im.convert('RGB')
+def shrink_to_fit(im:Image.Image, max_side:int=2048) -> Image.Image:
+    "The image shrunk (never enlarged, aspect kept, bilinear) so that its long side is at most `max_side`."
     s = max_side/max(im.size)
     return im if s >= 1 else im.resize((round(im.width*s), round(im.height*s)), Image.BILINEAR)
+
+def load_image(img, max_side:int=2048) -> Image.Image:
+    "An RGB PIL image from a path or image, shrunk (never enlarged) to `max_side`."
+    return shrink_to_fit((img if isinstance(img, Image.Image) else Image.open(img)).convert('RGB'), max_side)
 
 class JudgeBackend:
     "Base class: `generate(requests) -> replies`, one reply per request, in order; a failure is a reply, not an exception."
@@ -73,30 +77,21 @@ class OpenAIBackend(JudgeBackend):
         if logprobs: body |= dict(logprobs=True, top_logprobs=int(logprobs))
         return body
 
-    def _post(self, body:dict) -> dict:
-        req = urllib.request.Request(f"{self.base_url}/chat/completions", data=json.dumps(body).encode(),
-                                     headers={'Content-Type': 'application/json', 'Authorization': f'Bearer {self.api_key}'})
-        with urllib.request.urlopen(req, timeout=self.timeout) as resp: return json.loads(resp.read())
-
     def _one(self, r, max_tokens, temperature, logprobs) -> JudgeReply:
-        t0, err = time.time(), None
+        t0 = time.time()
         try: body = self._body(r, max_tokens, temperature, logprobs)
         except Exception as e: return JudgeReply(None, f"cannot read the images: {type(e).__name__}: {e}")
-        for attempt in range(self.retries + 1):
-            try:
-                out = self._post(body)
-                choice = out['choices'][0]
-                lp = (choice.get('logprobs') or {}).get('content') if logprobs else None
-                return JudgeReply(choice['message']['content'], None, time.time() - t0,
-                                  [t['token'] for t in lp] if lp else None,
-                                  [{c['token']: c['logprob'] for c in t.get('top_logprobs', [])} for t in lp] if lp else None)
-            except urllib.error.HTTPError as e:
-                err = f"HTTP {e.code}: {e.read()[:200].decode('utf-8', 'replace')}"
-                if e.code != 429 and e.code < 500: break                    # the request itself is wrong
-            except (urllib.error.URLError, TimeoutError, OSError) as e: err = f"{type(e).__name__}: {getattr(e, 'reason', e)}"
-            except (KeyError, IndexError, ValueError) as e: err = f"malformed response: {type(e).__name__}: {e}"; break
-            if attempt < self.retries: time.sleep(self.backoff*2**attempt)
-        return JudgeReply(None, f"{err} (after {attempt + 1} attempts)", time.time() - t0)
+        try:
+            out = post_json(f"{self.base_url}/chat/completions", body, {'Authorization': f'Bearer {self.api_key}'},
+                            self.timeout, self.retries, self.backoff)      # retries connection errors, timeouts, 429 and 5xx
+            choice = out['choices'][0]
+            lp = (choice.get('logprobs') or {}).get('content') if logprobs else None
+            return JudgeReply(choice['message']['content'], None, time.time() - t0,
+                              [t['token'] for t in lp] if lp else None,
+                              [{c['token']: c['logprob'] for c in t.get('top_logprobs', [])} for t in lp] if lp else None)
+        except RequestFailed as e: return JudgeReply(None, str(e), time.time() - t0)
+        except (KeyError, IndexError, TypeError, ValueError) as e:
+            return JudgeReply(None, f"malformed response: {type(e).__name__}: {e}", time.time() - t0)
 
     def generate(self, requests, max_tokens=2048, temperature=0.0, logprobs=None):
         with ThreadPoolExecutor(self.max_concurrency) as pool:

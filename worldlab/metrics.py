@@ -15,14 +15,15 @@ import roma
 import torch
 
 from .camera import Trajectory
+from .core import psnr, to_float
 
 # %% auto #0
 __all__ = ['RELEASE_START', 'MOTION_CLASS', 'ALEXNET_CHECKPOINT', 'LPIPS_LABELS', 'as_c2w', 'relative_to_first',
            'rotation_error_deg', 'path_length', 'total_rotation_deg', 'Sim3', 'umeyama_align', 'ransac_align',
            'align_poses', 'translation_profile', 'rotation_profile', 'release_commanded', 'evo_umeyama',
-           'release_ransac', 's_traj_exact_release', 's_traj', 'camera_metrics', 'camera_metrics_table',
-           'classify_camera', 'psnr', 'ssim', 'alexnet_checkpoint', 'load_lpips', 'lpips_distance', 'recon_metrics',
-           'consistency_table', 'plot_consistency']
+           'release_ransac', 'trajectory_score_exact_release', 'trajectory_score', 'camera_metrics',
+           'camera_metrics_table', 'classify_camera', 'ssim', 'alexnet_checkpoint', 'load_lpips', 'lpips_distance',
+           'recon_metrics', 'consistency_table', 'plot_consistency']
 
 # %% ../nbs/08_metrics.ipynb #9ea90f26
 def as_c2w(poses) -> torch.Tensor:
@@ -174,7 +175,7 @@ def rotation_profile(est_rel:torch.Tensor, cmd_rel:torch.Tensor, # [F,4,4] each,
     return score, dict(mean_deg=m, final_deg=f, turned=turned, static=False)
 
 # %% ../nbs/08_metrics.ipynb #e3552989
-def _s_traj_paper(est, cmd, z_ref, ransac, tau) -> tuple[float, dict]:
+def _trajectory_score_paper(est, cmd, z_ref, ransac, tau) -> tuple[float, dict]:
     aligned, sim = align_poses(est, cmd, ransac)
     e_t = float((aligned[:, :3, 3] - cmd[:, :3, 3]).norm(dim=-1).mean())
     e_r = float(rotation_error_deg(aligned[:, :3, :3], cmd[:, :3, :3]).mean())
@@ -183,7 +184,7 @@ def _s_traj_paper(est, cmd, z_ref, ransac, tau) -> tuple[float, dict]:
     return 0.5*(t + r), dict(translation=t, rotation=r, translation_error=e_t, rotation_error_deg=e_r,
                              alignment=sim.status, scale=sim.s)
 
-def _s_traj_release(est, cmd, z_ref, ransac, static_scale) -> tuple[float, dict]:
+def _trajectory_score_release(est, cmd, z_ref, ransac, static_scale) -> tuple[float, dict]:
     cmd_rel = relative_to_first(cmd)
     if path_length(cmd_rel) < 1e-6*z_ref: aligned, status, s = est, 'not aligned: static translation command', 1.0
     else:
@@ -273,7 +274,7 @@ def _release_profile(pred:torch.Tensor, tgt:torch.Tensor) -> tuple[float, dict]:
     w = (ts*rs, None) if tt < 1e-4 and trr < 1e-3 else (0.2*ts + 0.8*rs, None) if tt < 1e-4 else (0.8*ts + 0.2*rs, None) if trr < 1e-3 else (0.5*(ts + rs), None)
     return min(max(w[0], 0.0), 1.0), dict(translation=ts, rotation=rs, t_moved=pt, t_commanded=tt, r_turned=pr, r_commanded=trr)
 
-def s_traj_exact_release(est, cmd, # estimated c2w [F,4,4] (its reconstruction's units) and commanded poses (units of z_ref)
+def trajectory_score_exact_release(est, cmd, # estimated c2w [F,4,4] (its reconstruction's units) and commanded poses (units of z_ref)
                          z_ref:float=1.0, seed:int=0) -> tuple[float, dict]:
     "S_traj as the World-R1 release computes it, fallbacks and float32 included (see above)."
     import numpy as np                                                     # numpy float32 algebra, as the release: its rounding decides pans
@@ -292,13 +293,13 @@ def s_traj_exact_release(est, cmd, # estimated c2w [F,4,4] (its reconstruction's
     return score, info | dict(alignment=status)
 
 # %% ../nbs/08_metrics.ipynb #32398ae8
-def s_traj(est, cmd, # estimated and commanded camera poses: c2w [F,4,4] (or Trajectory), same F
+def trajectory_score(est, cmd, # estimated and commanded camera poses: c2w [F,4,4] (or Trajectory), same F
            form:str='release', # 'paper': exp of aligned L2 / geodesic errors; 'release': the motion-profile score
            z_ref:float|None=None, # unit of commanded lengths; None: cmd.z_ref for a Trajectory, else 1
            ransac:bool|None=None, # None: RANSAC alignment from 6 frames on (the release)
            tau:float=0.1, # paper form: tolerance in radians of view angle (tau*z_ref and degrees(tau))
            static_scale:float=3.0, # release form: a static command scores exp(-moved/static_scale)
-           align:str='worldlab', # release form: worldlab (always aligned) | release (its fallbacks and numerics, `s_traj_exact_release`)
+           align:str='worldlab', # release form: worldlab (always aligned) | release (its fallbacks and numerics, `trajectory_score_exact_release`)
           ) -> tuple[float, dict]:
     "Trajectory-following score in [0, 1] and its parts; NaN with `info['reason']` when it cannot score."
     if form not in ('paper', 'release'): raise ValueError(f"unknown S_traj form {form!r}; use 'paper' or 'release'")
@@ -309,9 +310,9 @@ def s_traj(est, cmd, # estimated and commanded camera poses: c2w [F,4,4] (or Tra
                                                 "differ in length; subsample the longer one, e.g. traj.at(idx)")
     if not (torch.isfinite(est).all() and torch.isfinite(cmd).all()): return math.nan, dict(reason='non-finite poses')
     if len(est) < 2: return math.nan, dict(reason='fewer than 2 poses: no motion to compare')
-    if form == 'paper': return _s_traj_paper(est, cmd, z_ref, ransac, tau)
-    if align == 'release': return s_traj_exact_release(est, cmd, z_ref)
-    return _s_traj_release(est, cmd, z_ref, ransac, static_scale)
+    if form == 'paper': return _trajectory_score_paper(est, cmd, z_ref, ransac, tau)
+    if align == 'release': return trajectory_score_exact_release(est, cmd, z_ref)
+    return _trajectory_score_release(est, cmd, z_ref, ransac, static_scale)
 
 # %% ../nbs/08_metrics.ipynb #a6491add
 def camera_metrics(est, ref, # estimated and reference poses: c2w [F,4,4] (or Trajectory), same F
@@ -348,30 +349,18 @@ def classify_camera(est, # estimated poses: c2w [F,4,4] (or Trajectory)
     "The primitive whose path the estimated cameras follow best (highest S_traj), its class, and every primitive's score."
     from worldlab.camera import chain_trajectory
     est = as_c2w(est)
-    scores = {p: s_traj(est, chain_trajectory([p], len(est), H, W), form=form)[0] for p in MOTION_CLASS}
+    scores = {p: trajectory_score(est, chain_trajectory([p], len(est), H, W), form=form)[0] for p in MOTION_CLASS}
     finite = {p: s for p, s in scores.items() if math.isfinite(s)}
     if not finite: return '', '', scores
     best = max(finite, key=finite.get)
     return best, MOTION_CLASS[best], scores
 
 # %% ../nbs/08_metrics.ipynb #37f7d841
-def _check_video(x:torch.Tensor, name:str) -> torch.Tensor:
-    if not torch.is_floating_point(x) or x.ndim != 4 or x.shape[1] != 3:
-        raise ValueError(f"{name} must be float [F,3,H,W] in [0, 1]; got {x.dtype} {tuple(x.shape)} "
-                         "(uint8 [F,H,W,3] video: x.permute(0, 3, 1, 2).float()/255)")
-    return x
-
-def psnr(a:torch.Tensor, b:torch.Tensor) -> torch.Tensor: # [F,3,H,W] each in [0, 1]
-    "PSNR in dB per frame `[F]` (MSE floored at 1e-10: at most 100 dB)."
-    _check_video(a, 'a'); _check_video(b, 'b')
-    mse = (a.float() - b.float()).pow(2).flatten(1).mean(1).clamp_min(1e-10)
-    return -10*torch.log10(mse)
-
-def ssim(a:torch.Tensor, b:torch.Tensor, # [F,3,H,W] each in [0, 1]
+def ssim(a:torch.Tensor, b:torch.Tensor, # float [F,3,H,W] each in [0, 1] (or uint8 [F,H,W,3])
          window_size:int=11) -> torch.Tensor:
     "SSIM per frame `[F]` (kornia, Gaussian window, mean over the valid region and channels)."
     import kornia
-    _check_video(a, 'a'); _check_video(b, 'b')
+    a, b = to_float(a, 'a', ndim=4), to_float(b, 'b', ndim=4)
     if min(a.shape[-2:]) < window_size: raise ValueError(f"frames {tuple(a.shape[-2:])} are smaller than the "
                                                          f"{window_size}px SSIM window; pass a smaller window_size")
     return kornia.metrics.ssim(a.float(), b.float(), window_size, max_val=1.0, padding='valid').flatten(1).mean(1)
@@ -413,7 +402,7 @@ def lpips_distance(a:torch.Tensor, b:torch.Tensor, # [F,3,H,W] each in [0, 1]
                    batch_size:int=16,
                   ) -> torch.Tensor:
     "LPIPS per frame `[F]` (inputs mapped from [0, 1] to lpips' [-1, 1])."
-    _check_video(a, 'a'); _check_video(b, 'b')
+    a, b = to_float(a, 'a', ndim=4), to_float(b, 'b', ndim=4)
     model = load_lpips() if model is None else model
     dev = next(model.parameters()).device
     with torch.no_grad():

@@ -24,10 +24,10 @@ from .warp import camera_noise
 # %% auto #0
 __all__ = ['DENOISING_LABEL', 'caption_words', 'corpus_vocabulary', 'word_tokenizer', 'MiniWanConfig', 'build_mini_wan',
            'count_parameters', 'mini_wan_dir', 'load_mini_wan', 'Clips', 'load_clips', 'to_vae', 'lr_at', 'train_loop',
-           'load_ema', 'vae_loss', 'vae_batches', 'vae_roundtrip', 'clip_psnr', 'scene_caption', 'training_caption',
-           'shifted_sigma', 'training_noise', 'flow_matching_loss', 'encode_clips', 'set_latent_stats', 'normalise',
-           'initial_latents', 'generate', 'video_grid', 'denoising_quality', 'mini_prompts', 'evaluate_videos',
-           'save_adapter', 'load_rl_adapter']
+           'load_ema', 'vae_loss', 'vae_batches', 'vae_roundtrip', 'scene_caption', 'training_caption', 'shifted_sigma',
+           'training_noise', 'flow_matching_loss', 'encode_clips', 'set_latent_stats', 'normalise', 'initial_latents',
+           'generate', 'video_grid', 'denoising_quality', 'mini_prompts', 'evaluate_videos', 'save_adapter',
+           'load_rl_adapter']
 
 # %% ../nbs/11b_miniwan.ipynb #5de60779
 def caption_words(captions:list[str]) -> list[str]:
@@ -211,11 +211,6 @@ def vae_roundtrip(vae, frames:torch.Tensor, batch:int=8) -> torch.Tensor: # uint
         out.append(((vae.decode(z).sample.clamp(-1, 1) + 1)/2).permute(0, 2, 1, 3, 4))
     return torch.cat(out)
 
-def clip_psnr(a:torch.Tensor, b:torch.Tensor) -> torch.Tensor: # [N,...] in [0,1]
-    "PSNR in dB of each clip (pooled over all its pixels)."
-    mse = (a.float() - b.float()).pow(2).flatten(1).mean(1)
-    return 10*torch.log10(1/mse.clamp_min(1e-10))
-
 # %% ../nbs/11b_miniwan.ipynb #632a3a04
 def scene_caption(caption:str) -> str:
     "The caption without its leading camera sentence ('Camera ... .'): what the scene is, not how it is filmed."
@@ -357,7 +352,7 @@ def evaluate_videos(videos:torch.Tensor, prompts:list[str], # [B,F,3,H,W] in [0,
                     cache=None, lpips_model=None, quality=None, # a rewards.ReconCache; from metrics.load_lpips; a reward fn (R_gen)
                    ) -> pd.DataFrame:
     "One row per video: recon_ok, PSNR, SSIM, LPIPS, s_traj, RotErr, TransErr, dynamics and r_gen."
-    from worldlab.metrics import camera_metrics, recon_metrics, s_traj
+    from worldlab.metrics import camera_metrics, recon_metrics, trajectory_score
     from worldlab.rewards import ReconCache, consistency_rerender, dynamics_degree
     cache = cache or ReconCache('fit', depth_prior='procedural')
     rg = quality(videos, prompts, [{}]*len(prompts))[0] if quality is not None else torch.full((len(videos),), math.nan)
@@ -368,7 +363,7 @@ def evaluate_videos(videos:torch.Tensor, prompts:list[str], # [B,F,3,H,W] in [0,
         row = dict(prompt=p, recon_ok=rec.ok, r_gen=r)
         if rec.ok:
             row |= recon_metrics(v, consistency_rerender(rec, traj).to(v), lpips_model)
-            row['s_traj'] = s_traj(rec.video_c2w, traj)[0]
+            row['s_traj'] = trajectory_score(rec.video_c2w, traj)[0]
             cm = camera_metrics(rec.video_c2w, traj, degrees=True)
             row |= dict(RotErr=cm['RotErr'], TransErr=cm['TransErr'], dynamics=dynamics_degree(v, rec)[0])
         rows.append(row)

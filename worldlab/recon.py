@@ -15,32 +15,16 @@ import torch
 import torch.nn.functional as F
 
 from .camera import Trajectory, intrinsics, scale_intrinsics
-from .splat import Gaussians, render
+from .core import psnr, to_float, to_uint8
+from .splat import Gaussians, render, transform_gaussians
 from .depth import resolve_depth_prior
 
 # %% auto #0
-__all__ = ['DA3_DEFAULT', 'DA3_GS_MODELS', 'DA3_INSTALL', 'to_frames', 'frame_psnr', 'Reconstruction', 'failed', 'grid_rays',
-           'sample_views', 'plane_sweep', 'corrected_poses', 'FitConfig', 'prior_on_rays', 'prior_penalty',
-           'fit_gaussians', 'with_gradients', 'pose_step', 'photometric_residuals', 'align_camera', 'keyframe_points',
-           'track_poses', 'add_tracking', 'check_da3_model', 'w2c_to_c2w', 'transform_gaussians', 'da3_gaussians',
-           'da3_to_reconstruction', 'load_da3', 'reconstruct_da3', 'reconstruct']
-
-# %% ../nbs/07_recon.ipynb #a7d9bf34
-def to_frames(frames) -> torch.Tensor:
-    "Video as float32 `[F,3,H,W]` in [0,1] from uint8 `[F,H,W,3]` (numpy or torch) or float `[F,3,H,W]`."
-    x = torch.as_tensor(np.ascontiguousarray(frames)) if isinstance(frames, np.ndarray) else torch.as_tensor(frames)
-    if x.ndim != 4: raise ValueError(f"frames must be uint8 [F,H,W,3] or float [F,3,H,W], got shape {tuple(x.shape)}")
-    if x.dtype == torch.uint8:
-        if x.shape[-1] != 3: raise ValueError(f"uint8 frames must be [F,H,W,3], got {tuple(x.shape)}")
-        return x.permute(0, 3, 1, 2).float()/255
-    if not x.is_floating_point() or x.shape[1] != 3:
-        raise ValueError(f"float frames must be [F,3,H,W] in [0,1], got {x.dtype} {tuple(x.shape)}")
-    return x.float()
-
-def frame_psnr(video:torch.Tensor, reference:torch.Tensor) -> torch.Tensor: # [F,3,H,W] each, in [0,1]
-    "PSNR in dB of each frame `[F]` (capped at 100 dB for identical frames)."
-    mse = ((video.float() - reference.float())**2).mean((-3, -2, -1))
-    return -10*torch.log10(mse.clamp_min(1e-10))
+__all__ = ['DA3_DEFAULT', 'DA3_GS_MODELS', 'DA3_INSTALL', 'Reconstruction', 'failed', 'grid_rays', 'sample_views', 'plane_sweep',
+           'corrected_poses', 'FitConfig', 'prior_on_rays', 'prior_penalty', 'fit_gaussians', 'with_gradients',
+           'pose_step', 'photometric_residuals', 'align_camera', 'keyframe_points', 'track_poses', 'add_tracking',
+           'check_da3_model', 'w2c_to_c2w', 'da3_gaussians', 'da3_to_reconstruction', 'load_da3', 'reconstruct_da3',
+           'reconstruct']
 
 # %% ../nbs/07_recon.ipynb #6b9c7791
 @dataclass
@@ -277,7 +261,7 @@ def fit_gaussians(frames, # uint8 [F,H,W,3] or float [F,3,H,W]
                   cfg:FitConfig|None=None, **overrides) -> Reconstruction:
     "Reconstruct a clip by fitting Gaussians and bounded pose corrections to its frames with `splat.render`."
     t0, cfg = time.time(), replace(cfg or FitConfig(), **overrides)
-    video = to_frames(frames); n, _, H, W = video.shape
+    video = to_float(frames, 'frames', ndim=4); n, _, H, W = video.shape
     if traj is not None and len(traj) != n: raise ValueError(f"traj has {len(traj)} poses for {n} frames")
     traj = traj.resized(H, W) if traj is not None else None
     K = (traj.K if traj is not None else intrinsics(H, W)).float()      # no trajectory: World-R1's focal 1.2 W
@@ -297,7 +281,7 @@ def fit_gaussians(frames, # uint8 [F,H,W,3] or float [F,3,H,W]
                              info=dict(baseline=_baseline(c2w0)/z_ref, steps=cfg.coarse_steps + cfg.fine_steps))
         if dp is not None:
             rec.info |= dict(depth_prior=getattr(dp, 'label', repr(dp)), prior_weight=cfg.prior_weight)
-        rec.psnr_per_frame = frame_psnr(rec.render(), video)
+        rec.psnr_per_frame = psnr(rec.render(), video)
     rec.seconds = time.time() - t0
     return rec
 
@@ -378,7 +362,7 @@ def track_poses(rec:Reconstruction, frames, # a fitted reconstruction; its video
                 huber:float=0.1, min_alpha:float=0.8,
                ) -> tuple[torch.Tensor, torch.Tensor]:
     "Every camera `[F,4,4]` tracked freely, each frame against the previous one at its tracked camera; and each frame's final cost `[F]`."
-    video = to_frames(frames)
+    video = to_float(frames, 'frames', ndim=4)
     c2w, costs = [rec.c2w[0].double()], [0.0]
     for t in range(1, len(video)):
         c = c2w[-1] @ torch.linalg.inv(c2w[-2]) @ c2w[-1] if t > 1 else c2w[-1]          # constant velocity
@@ -422,14 +406,6 @@ def w2c_to_c2w(extrinsics) -> torch.Tensor: # [N,3,4] or [N,4,4] world-to-camera
     c2w[:, :3, :3] = R.transpose(1, 2); c2w[:, :3, 3] = -(R.transpose(1, 2) @ t[..., None])[..., 0]
     return c2w
 
-def transform_gaussians(g:Gaussians, T:torch.Tensor, scale:float=1.0) -> Gaussians: # T [4,4] rigid
-    "Gaussians moved by the rigid `T` and then scaled about the origin (SH beyond the DC band are dropped when T rotates)."
-    T = T.to(g.means)
-    q = roma.quat_product(roma.rotmat_to_unitquat(T[:3, :3])[None], g.quats[:, [1, 2, 3, 0]])[:, [3, 0, 1, 2]]
-    rotates = not torch.allclose(T[:3, :3], torch.eye(3, dtype=T.dtype))
-    colors = g.colors[:, :1] if (g.colors.ndim == 3 and rotates) else g.colors
-    return Gaussians(scale*(g.means @ T[:3, :3].T + T[:3, 3]), q, scale*g.scales, g.opacities, colors)
-
 # %% ../nbs/07_recon.ipynb #39e243b6
 def da3_gaussians(gs, index:int=0) -> Gaussians:
     "worldlab `Gaussians` from a DA3 prediction's Gaussians (batch element `index`; colours as SH `[G,d_sh,3]`)."
@@ -449,7 +425,7 @@ def da3_to_reconstruction(pred, # a depth_anything_3 Prediction (or anything wit
     anchor = torch.linalg.inv(c2w[0])
     s = z_ref/(float(np.median(np.asarray(pred.depth[0])))/unscale)
     c2w = anchor @ c2w; c2w[:, :3, 3] *= s
-    g = transform_gaussians(da3_gaussians(pred.gaussians), anchor, s)
+    g = transform_gaussians(da3_gaussians(pred.gaussians), anchor[:3, :3], s*anchor[:3, 3], s)   # x -> s (anchor x)
     h, w = np.asarray(pred.depth).shape[-2:]
     K = scale_intrinsics(torch.as_tensor(np.asarray(pred.intrinsics)).double(), (h, w), (H, W))
     return Reconstruction(g, c2w, K, H, W, torch.full((len(c2w),), float('nan')), 'da3', seconds=seconds,
@@ -474,16 +450,16 @@ def reconstruct_da3(frames, # uint8 [F,H,W,3] or float [F,3,H,W]
                     traj:Trajectory|None=None, # only its z_ref is used (DA3 estimates the cameras itself)
                     model:str=DA3_DEFAULT, device:str='cuda', process_res:int=504, min_frames:int=3) -> Reconstruction:
     "Reconstruct a clip with Depth Anything 3: cameras and Gaussians in one forward pass, then the re-render PSNR."
-    t0, video = time.time(), to_frames(frames)
+    t0, video = time.time(), to_float(frames, 'frames', ndim=4)
     n, _, H, W = video.shape
     if n < min_frames: return failed('da3', f"too few frames: {n} < {min_frames}", n, H, W, time.time() - t0)
     da3 = load_da3(model, device)
-    u8 = list((video.clamp(0, 1)*255).round().byte().permute(0, 2, 3, 1).numpy())
+    u8 = list(to_uint8(video))
     pred = da3.inference(u8, infer_gs=True, process_res=process_res)
     if pred.gaussians is None: return failed('da3', f"{model!r} returned no Gaussians", n, H, W, time.time() - t0)
     if not np.isfinite(pred.extrinsics).all(): return failed('da3', "degenerate: non-finite camera poses", n, H, W, time.time() - t0)
     rec = da3_to_reconstruction(pred, H, W, traj.z_ref if traj is not None else 1.0)
-    rec.psnr_per_frame = frame_psnr(rec.render().cpu(), video)
+    rec.psnr_per_frame = psnr(rec.render().cpu(), video)
     if not torch.isfinite(rec.psnr_per_frame).all(): return failed('da3', "diverged: non-finite re-render", n, H, W, time.time() - t0)
     rec.seconds = time.time() - t0
     return rec

@@ -13,13 +13,14 @@ import numpy as np
 import roma
 import torch
 
-from .camera import Trajectory, Motion, compose
-from .core import save_json, write_video
+from .camera import TRAJECTORY_KEYS, Trajectory, Motion, compose, trajectory_from_dict, trajectory_to_dict
+from .core import save_json, to_uint8, write_video
 from .splat import Gaussians, concat, render
 
 # %% auto #0
-__all__ = ['CATEGORIES', 'INTERVENTIONS', 'texture', 'surfels', 'patch', 'box', 'sphere', 'column', 'World', 'make_world',
-           'render_video', 'save_clip', 'load_clip', 'Pair', 'make_pair']
+__all__ = ['CATEGORIES', 'CATEGORY_ALIASES', 'INTERVENTIONS', 'texture', 'surfels', 'patch', 'box', 'sphere', 'column',
+           'scene_category', 'World', 'make_world', 'render_video', 'save_clip', 'load_clip', 'InterventionPair',
+           'make_pair']
 
 # %% ../nbs/05_scenes.ipynb #0f7fa260
 def texture(uv:torch.Tensor, # [N,2] surface coordinates (world units)
@@ -115,7 +116,14 @@ def column(base, radius:float, height:float, spacing:float, kind:str, palette, s
     return surfels(pts, t1, torch.tensor([0., 1, 0]).expand(len(pts), 3), cols, spacing)
 
 # %% ../nbs/05_scenes.ipynb #0929c90a
-CATEGORIES = ('natural_landscape', 'urban_architecture', 'still_life', 'fantasy')
+CATEGORIES = ('natural_landscapes', 'urban_architecture', 'micro_still_life', 'fantasy_surrealism')   # prompts.CATEGORIES' names
+CATEGORY_ALIASES = {'natural_landscape': 'natural_landscapes', 'still_life': 'micro_still_life', 'fantasy': 'fantasy_surrealism'}  # old names on disk
+
+def scene_category(name:str) -> str:
+    "The category's name in CATEGORIES (an old name from CATEGORY_ALIASES is translated); ValueError for one without a world."
+    name = CATEGORY_ALIASES.get(name, name)
+    if name not in CATEGORIES: raise ValueError(f"unknown category {name!r}; use one of {', '.join(CATEGORIES)}")
+    return name
 
 @dataclass
 class World:
@@ -136,17 +144,17 @@ def _assemble(named:list[tuple[str, Gaussians]], category:str, seed:int, subject
 def _rand(g, lo, hi): return float(lo + (hi - lo)*torch.rand((), generator=g))
 
 # %% ../nbs/05_scenes.ipynb #3e37dd63
-def make_world(category:str='natural_landscape', # one of CATEGORIES
+def make_world(category:str='natural_landscapes', # one of CATEGORIES
                seed:int=0,
                spacing:float=0.04, # surfel spacing in units of z_ref (smaller: more Gaussians, finer texture)
               ) -> World:
     "A seeded procedural world of one category, laid out for World-R1's camera motions."
-    if category not in CATEGORIES: raise ValueError(f"unknown category {category!r}; use one of {', '.join(CATEGORIES)}")
+    category = scene_category(category)
     g = torch.Generator().manual_seed(seed)
     s, Y = spacing, 0.35                                    # surfel spacing; ground level (y down)
     big = 1.8*s                                             # coarser sampling far away
     named = []
-    if category == 'natural_landscape':
+    if category == 'natural_landscapes':
         named += [('ground', patch((-2.5, Y, -0.2), (5, 0, 0), (0, 0, 4.2), s, 'noise', [[0.25, 0.35, 0.12], [0.55, 0.5, 0.3]], seed, 0.3, g)),
                   ('sky', patch((-3.5, -2.2, 4.0), (7, 0, 0), (0, 2.6, 0), big, 'noise', [[0.55, 0.7, 0.95], [0.95, 0.95, 1.0]], seed + 1, 0.8, g))]
         named += [('hill', sphere((_rand(g, -1.2, -0.4), Y + 0.1, 3.2), 0.9, big, 'noise', [[0.2, 0.3, 0.1], [0.4, 0.45, 0.25]], seed + 2, (1.6, 0.5, 1.0)))]
@@ -166,14 +174,14 @@ def make_world(category:str='natural_landscape', # one of CATEGORIES
         for i, x in enumerate((-0.5, 0.5)):
             named += [(f'column{i}', column((x, Y, 1.6), 0.06, 0.8, s*0.7, 'stripes', [[0.85, 0.85, 0.8], [0.6, 0.6, 0.55]], seed + 6 + i))]
         subject = 'statue'
-    elif category == 'still_life':
+    elif category == 'micro_still_life':
         named += [('table', patch((-1.6, Y - 0.1, 0.2), (3.2, 0, 0), (0, 0, 2.4), s, 'stripes', [[0.45, 0.3, 0.18], [0.6, 0.42, 0.25]], seed, 0.1, g)),
                   ('wall', patch((-2.5, -1.6, 2.6), (5, 0, 0), (0, 1.5 + Y, 0), big, 'checker', [[0.85, 0.8, 0.7], [0.7, 0.65, 0.55]], seed + 1, 0.3, g))]
         named += [('vase', column((0.0, Y - 0.1, 1.0), 0.09, 0.35, s*0.6, 'noise', [[0.2, 0.35, 0.7], [0.8, 0.85, 0.9]], seed + 2)),
                   ('apple', sphere((-0.3, Y - 0.18, 0.9), 0.08, s*0.5, 'noise', [[0.7, 0.1, 0.1], [0.95, 0.5, 0.2]], seed + 3)),
                   ('book', box((0.35, Y - 0.15, 1.1), (0.3, 0.1, 0.22), s*0.6, 'stripes', [[0.15, 0.3, 0.2], [0.85, 0.8, 0.6]], seed + 4, -25, g))]
         subject = 'vase'
-    else:  # fantasy
+    else:  # fantasy_surrealism
         named += [('ground', patch((-2.5, Y, -0.2), (5, 0, 0), (0, 0, 4.2), s, 'noise', [[0.3, 0.15, 0.4], [0.7, 0.5, 0.9]], seed, 0.4, g)),
                   ('sky', patch((-3.5, -2.2, 4.0), (7, 0, 0), (0, 2.6, 0), big, 'noise', [[0.1, 0.05, 0.25], [0.5, 0.3, 0.7]], seed + 1, 0.6, g))]
         named += [('orb', sphere((0.0, -0.05, 1.0), 0.18, s*0.7, 'noise', [[0.9, 0.7, 0.1], [1.0, 1.0, 0.7]], seed + 2))]
@@ -197,16 +205,16 @@ def render_video(world:World|Gaussians, traj:Trajectory, # the scene and the cam
         c2w, K = traj.c2w[i:i + batch].float(), traj.K.float()
         if scenes is None: rgb = render(g, c2w, K, traj.H, traj.W, background=background).rgb
         else: rgb = torch.stack([render(scenes[i + k], c2w[k], K, traj.H, traj.W, background=background).rgb for k in range(len(c2w))])
-        out.append((rgb.clamp(0, 1)*255).round().to(torch.uint8).permute(0, 2, 3, 1))
-    return torch.cat(out).numpy()
+        out.append(to_uint8(rgb))
+    return np.concatenate(out)
 
 def save_clip(path:str|Path, # the mp4 to write; the sidecar goes next to it as .json
               frames:np.ndarray, traj:Trajectory, fps:int=16, **meta) -> Path:
-    "Write an mp4 and its JSON sidecar (c2w, K, H, W, labels, prompt and any `meta`)."
+    "Write an mp4 and its JSON sidecar (every field of the trajectory, `fps` and any `meta`)."
     path = Path(path)
+    if clash := set(meta) & {*TRAJECTORY_KEYS, 'fps'}: raise ValueError(f"meta keys {sorted(clash)} would overwrite the trajectory's")
     write_video(path, frames, fps)
-    save_json(dict(c2w=traj.c2w.tolist(), K=traj.K.tolist(), H=traj.H, W=traj.W, labels=traj.labels,
-                   segments=traj.segments, prompt=traj.prompt, z_ref=traj.z_ref, fps=fps, **meta), path.with_suffix('.json'))
+    save_json(trajectory_to_dict(traj) | dict(fps=fps, **meta), path.with_suffix('.json'))
     return path
 
 def load_clip(path:str|Path) -> tuple[np.ndarray, Trajectory, dict]:
@@ -215,13 +223,11 @@ def load_clip(path:str|Path) -> tuple[np.ndarray, Trajectory, dict]:
     path = Path(path)
     meta = json.loads(path.with_suffix('.json').read_text())
     frames, _ = read_video(path)
-    traj = Trajectory(torch.tensor(meta.pop('c2w'), dtype=torch.float64), torch.tensor(meta.pop('K'), dtype=torch.float64),
-                      meta.pop('H'), meta.pop('W'), meta.pop('labels'), meta.pop('segments'), meta.pop('prompt'), meta.pop('z_ref'))
-    return frames, traj, meta
+    return frames, trajectory_from_dict(meta), {k: v for k, v in meta.items() if k not in TRAJECTORY_KEYS}
 
 # %% ../nbs/05_scenes.ipynb #2e04f160
 @dataclass
-class Pair:
+class InterventionPair:
     "A clean clip and a copy with one property changed."
     clean: np.ndarray          # uint8 [F,H,W,3]
     intervened: np.ndarray     # uint8 [F,H,W,3]
@@ -233,7 +239,7 @@ class Pair:
     meta: dict = field(default_factory=dict)
 
     def __repr__(self):
-        return (f"Pair({self.intervention}: {self.property}, strength {self.strength}, "
+        return (f"InterventionPair({self.intervention}: {self.property}, strength {self.strength}, "
                 f"{'legitimate' if self.legitimate else 'broken'}, {self.clean.shape})")
 
 def _blend_poses(a:torch.Tensor, b:torch.Tensor, w:float) -> torch.Tensor: # [N,4,4] each
@@ -331,7 +337,7 @@ def make_pair(world:World, traj:Trajectory, # the clean clip's world and command
               strength:float|None=None, # how strong (see the table; default: a clearly visible amount)
               seed:int=0, background=(0.5, 0.5, 0.5),
               clean:np.ndarray|None=None, # the clean frames, if already rendered
-             ) -> Pair:
+             ) -> InterventionPair:
     "A (clean, intervened) pair that differs in exactly one labelled property."
     if intervention not in INTERVENTIONS:
         raise ValueError(f"unknown intervention {intervention!r}; use one of {', '.join(INTERVENTIONS)}")
@@ -340,5 +346,5 @@ def make_pair(world:World, traj:Trajectory, # the clean clip's world and command
     if s < 0: raise ValueError(f"strength must be >= 0, got {s}")
     clean = render_video(world, traj, background) if clean is None else clean
     out, meta = fn(world, traj, clean, s, torch.Generator().manual_seed(seed), background)
-    return Pair(clean, out, intervention, prop, s, legit, traj,
+    return InterventionPair(clean, out, intervention, prop, s, legit, traj,
                 dict(category=world.category, world_seed=world.seed, seed=seed, **meta))

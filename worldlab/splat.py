@@ -15,7 +15,7 @@ import torch
 
 # %% auto #0
 __all__ = ['SH_C0', 'EPS2D', 'Gaussians', 'concat', 'random_gaussians', 'save_ply', 'load_ply', 'sh_basis', 'gaussian_colors',
-           'quat_to_rotmat', 'project', 'rasterize', 'Render', 'render']
+           'quat_to_rotmat', 'project', 'rasterize', 'Render', 'render', 'sh_rotation', 'transform_gaussians']
 
 # %% ../nbs/04_splat.ipynb #595fae2b
 SH_C0 = 0.28209479177387814   # the degree-0 spherical harmonic, Y_0^0
@@ -266,3 +266,38 @@ def render(g:Gaussians, # the scene
     else: raise ValueError(f"backend must be 'auto', 'torch' or 'gsplat', got {backend!r}")
     out = Render(rgb, acc, dep)
     return Render(rgb[0], acc[0], dep[0]) if single else out
+
+# %% ../nbs/04_splat.ipynb #c4a2d7e3
+def _sphere_quadrature() -> tuple[torch.Tensor, torch.Tensor]:
+    "28 unit directions and weights (float64) that integrate polynomials of degree <= 6 over the sphere exactly."
+    zq, wq = np.polynomial.legendre.leggauss(4)                   # Gauss-Legendre in cos(theta), 7 azimuths
+    z, phi = torch.meshgrid(torch.tensor(zq), torch.arange(7, dtype=torch.float64)*2*math.pi/7, indexing='ij')
+    dirs = torch.stack([(1 - z**2).sqrt()*phi.cos(), (1 - z**2).sqrt()*phi.sin(), z], -1).reshape(-1, 3)
+    return dirs, (torch.tensor(wq)[:, None]*2*math.pi/7).expand(4, 7).reshape(-1)
+
+def sh_rotation(R:torch.Tensor, K:int) -> torch.Tensor: # R [3,3] a rotation; K = 1, 4, 9 or 16 coefficients
+    "`D [K,K]` (float64) such that SH coefficients `D @ c` seen from `R d` give the colour `c` gives from `d`."
+    if K not in (1, 4, 9, 16): raise ValueError(f"K must be 1, 4, 9 or 16 (SH degree 0 to 3), got {K}")
+    dirs, w = _sphere_quadrature()
+    R = R.detach().to('cpu', torch.float64)
+    return sh_basis(dirs @ R.T, K).T @ (w[:, None]*sh_basis(dirs, K))   # integral of Y(R d) Y(d)^T: exact, degree <= 6
+
+def _check_rotation(R:torch.Tensor):
+    R64 = R.detach().to('cpu', torch.float64)
+    if R64.shape != (3, 3) or not torch.allclose(R64 @ R64.T, torch.eye(3, dtype=torch.float64), atol=1e-4) or torch.det(R64) < 0:
+        raise ValueError(f"R must be a 3x3 rotation (orthonormal, det +1); got {tuple(R.shape)} with det "
+                         f"{float(torch.det(R64)) if R64.shape == (3, 3) else float('nan'):.4f}: split a reflection or scale off first")
+
+def transform_gaussians(g:Gaussians, R:torch.Tensor, # [3,3] rotation
+                        t:torch.Tensor|None=None, # [3] translation (default 0)
+                        scale:float=1.0, # s > 0
+                       ) -> Gaussians:
+    "The scene moved by the similarity `x -> scale R x + t`: means mapped, scales times `scale`, rotations and SH colours turned by `R`."
+    _check_rotation(R)
+    if not float(scale) > 0: raise ValueError(f"scale must be > 0, got {scale}")
+    R = R.to(g.means)
+    t = torch.zeros(3) if t is None else torch.as_tensor(t)
+    qR = roma.rotmat_to_unitquat(R)                                    # x y z w
+    q = roma.quat_product(qR.expand(len(g), 4), torch.nn.functional.normalize(g.quats, dim=-1)[:, [1, 2, 3, 0]])
+    colors = g.colors if g.colors.ndim == 2 else torch.einsum('jk,nkc->njc', sh_rotation(R, g.colors.shape[1]).to(g.colors), g.colors)
+    return Gaussians(float(scale)*g.means @ R.T + t.to(g.means), q[:, [3, 0, 1, 2]], float(scale)*g.scales, g.opacities, colors)

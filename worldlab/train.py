@@ -15,7 +15,7 @@ import torch
 from .core import parse_value, project_root, save_json, save_figure, seed_everything, to_uint8, write_video
 from .config import RunConfig, TrainConfig, fields_help, resolve, split
 from .grpo import Trainer
-from .rewards import channel_mean_reward
+from .reward_contract import channel_mean_reward
 
 # %% auto #0
 __all__ = ['load_prompt_sets', 'simple_rewards', 'build_rewards', 'load_policy', 'make_trainer', 'train', 'write_sample',
@@ -57,7 +57,7 @@ def build_rewards(weights:dict, rc:RunConfig, policy=None) -> dict: # policy: fo
     want = [k for k in weights if k not in reg]
     if not want: return reg
     if rc.reward_url:
-        from worldlab.rewards import remote_reward
+        from worldlab.reward_service import remote_reward
         return reg | {k: remote_reward(rc.reward_url, k) for k in want}
     from worldlab.rewards import make_rewards
     judge = None

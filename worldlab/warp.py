@@ -16,10 +16,10 @@ from .camera import Trajectory, trajectory_from_prompt, NO_CAMERA_PHRASE
 from .flow import pixel_grid, trajectory_flows
 
 # %% auto #0
-__all__ = ['quad_cell_overlap', 'quad_area', 'corner_quads', 'check_flow', 'integral_warp', 'DiscreteState', 'discrete_warp',
-           'sum_pool', 'warp_noise', 'frame_stats', 'realised_shift', 'aligned_correlation', 'anchored_warp',
-           'trajectory_homographies', 'wan_latent_shape', 'mix_fresh', 'camera_noise', 'camera_latents', 'lowpass',
-           'inject_init', 'StepwiseDelta', 'stepwise_delta']
+__all__ = ['WARP_METHODS', 'WARP_METHOD_ALIASES', 'quad_cell_overlap', 'quad_area', 'corner_quads', 'check_flow', 'integral_warp',
+           'DiscreteState', 'discrete_warp', 'sum_pool', 'warp_noise', 'frame_stats', 'realised_shift',
+           'aligned_correlation', 'anchored_warp', 'trajectory_homographies', 'wan_latent_shape', 'mix_fresh',
+           'camera_noise', 'camera_latents', 'lowpass', 'inject_init', 'StepwiseDelta', 'stepwise_delta']
 
 # %% ../nbs/03_warp.ipynb #81b800cb
 def _clamp_integral(y): # antiderivative of clamp(y, 0, 1)
@@ -275,7 +275,7 @@ def _field_extent(Hinv:torch.Tensor, h:int, w:int):
     if (pre[:, 2] <= 1e-9).any():
         t = int((pre[:, 2] <= 1e-9).any(1).nonzero()[0])
         raise ValueError(f"frame {t} looks beyond the horizon of the first frame's reference plane (the camera turned "
-                         f"too far for one anchor); use method='integral_markov' for this trajectory")
+                         f"too far for one anchor); use method='frame_to_frame' for this trajectory")
     return pre[:, :2]/pre[:, 2:]
 
 def _footprints(Ht:torch.Tensor, X:torch.Tensor, Y:torch.Tensor, s:int):
@@ -378,13 +378,16 @@ def mix_fresh(noise:torch.Tensor, # any shape, N(0,1)
     fresh = torch.randn(noise.shape, generator=generator, dtype=noise.dtype, device=noise.device)
     return (alpha*fresh + (1 - alpha)*noise)/math.sqrt(alpha**2 + (1 - alpha)**2)
 
+WARP_METHODS = ('anchored', 'frame_to_frame', 'discrete')   # camera_noise's transports
+WARP_METHOD_ALIASES = {'integral': 'anchored'}                # older name, still in settings.ini presets and recorded runs
+
 def camera_noise(traj:Trajectory, # poses for every video frame (4k+1 of them)
                  channels:int=16, temporal:int=4, spatial:int=8, # the VAE's compression
-                 method:str='integral', # 'integral' (anchored, exact), 'integral_markov' (frame to frame), 'discrete' (release)
-                 subpixel:int=4, # integral: field cells per latent pixel along each axis
+                 method:str='anchored', # 'anchored' (integral, one field, exact), 'frame_to_frame' (integral, each step), 'discrete' (release)
+                 subpixel:int=4, # anchored: field cells per latent pixel along each axis
                  warp_scale:int=16, # discrete: warp grid / latent grid (release: 16)
                  degradation:float=0.35, # fresh-noise share mixed in afterwards (release: 0.35)
-                 clamp:float|None=0.25, # per-step flow limit, fraction of max(h, w) (discrete, integral_markov; release: 0.25)
+                 clamp:float|None=0.25, # per-step flow limit, fraction of max(h, w) (discrete, frame_to_frame; release: 0.25)
                  generator:torch.Generator|None=None, # on `device`
                  dtype=torch.float32,
                  device=None, # 'cpu' (default) or 'cuda'
@@ -392,9 +395,10 @@ def camera_noise(traj:Trajectory, # poses for every video frame (4k+1 of them)
     "Camera-warped Wan latent noise `[C,T,h,w]` for a trajectory."
     C, T, h, w = wan_latent_shape(len(traj), traj.H, traj.W, channels, temporal, spatial)
     lat = traj.at(slice(None, None, temporal))                           # poses at latent frame times
-    if method == 'integral':
+    method = WARP_METHOD_ALIASES.get(method, method)
+    if method == 'anchored':
         frames = anchored_warp(trajectory_homographies(lat, h, w), (C, h, w), subpixel, generator, dtype, device)
-    elif method == 'integral_markov':
+    elif method == 'frame_to_frame':
         flows = trajectory_flows(lat, h, w, clamp=clamp, at='corners')
         frames = warp_noise(flows, shape=(C, h, w), generator=generator, dtype=dtype, device=device)
     elif method == 'discrete':
@@ -402,7 +406,7 @@ def camera_noise(traj:Trajectory, # poses for every video frame (4k+1 of them)
         flows = (trajectory_flows(traj.at(slice(t, t+2)), hs, ws, clamp=clamp)[0] for t in range(len(traj) - 1))
         frames = warp_noise(flows, shape=(C, h, w), method='discrete', warp_scale=warp_scale,
                             keep=range(0, len(traj), temporal), generator=generator, dtype=dtype, device=device)
-    else: raise ValueError(f"method must be 'integral', 'integral_markov' or 'discrete', got {method!r}")
+    else: raise ValueError(f"method must be one of {', '.join(WARP_METHODS)}, got {method!r}")
     return mix_fresh(frames.movedim(0, 1).contiguous(), degradation, generator)
 
 # %% ../nbs/03_warp.ipynb #dad8148f
