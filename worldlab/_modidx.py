@@ -122,6 +122,7 @@ d = { 'settings': {'branch': 'main', 'doc_baseurl': '/', 'doc_host': '', 'git_ur
                                'worldlab.core.to_float': ('core.html#to_float', 'worldlab/core.py'),
                                'worldlab.core.to_uint8': ('core.html#to_uint8', 'worldlab/core.py'),
                                'worldlab.core.use_temporary_outputs': ('core.html#use_temporary_outputs', 'worldlab/core.py'),
+                               'worldlab.core.wan_latent_shape': ('core.html#wan_latent_shape', 'worldlab/core.py'),
                                'worldlab.core.write_video': ('core.html#write_video', 'worldlab/core.py')},
             'worldlab.corpus': { 'worldlab.corpus.ClipSpec': ('corpus.html#clipspec', 'worldlab/corpus.py'),
                                  'worldlab.corpus._about': ('corpus.html#_about', 'worldlab/corpus.py'),
@@ -639,5 +640,4 @@ d = { 'settings': {'branch': 'main', 'doc_baseurl': '/', 'doc_host': '', 'git_ur
                                'worldlab.warp.stepwise_delta': ('warp.html#stepwise_delta', 'worldlab/warp.py'),
                                'worldlab.warp.sum_pool': ('warp.html#sum_pool', 'worldlab/warp.py'),
                                'worldlab.warp.trajectory_homographies': ('warp.html#trajectory_homographies', 'worldlab/warp.py'),
-                               'worldlab.warp.wan_latent_shape': ('warp.html#wan_latent_shape', 'worldlab/warp.py'),
                                'worldlab.warp.warp_noise': ('warp.html#warp_noise', 'worldlab/warp.py')}}}

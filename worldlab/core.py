@@ -19,7 +19,7 @@ __all__ = ['PNG_RENDERERS', 'project_root', 'shared_dataset', 'parse_value', 'lo
            'mpl_color', 'mpl_cmap', 'plain_text', 'fill_template', 'decode_arrays', 'figure_panels', 'panel_grid',
            'category_ticks', 'draw_scatter', 'draw_bar', 'decode_image_source', 'draw_image', 'draw_heatmap',
            'scene_axes_map', 'draw_scatter3d', 'histograms_as_heatmaps', 'figure_to_matplotlib', 'figure_png',
-           'image_ink', 'figure_html', 'SavedFigure', 'save_figure']
+           'image_ink', 'figure_html', 'SavedFigure', 'save_figure', 'wan_latent_shape']
 
 # %% ../nbs/00_core.ipynb #a90e2314
 def project_root(start:str|Path|None=None, # folder to start from (default: the current folder, then this file's)
@@ -812,3 +812,15 @@ def save_figure(fig, # a plotly figure
     png_path = figure_png(fig, path.with_suffix('.png'), png) if png != 'off' else None
     figure_html(fig, path, png_path.read_bytes() if png_path else None)
     return SavedFigure(fig, path, png_path)
+
+# %% ../nbs/00_core.ipynb #ce4ee418
+def wan_latent_shape(num_frames:int, H:int, W:int, # video size
+                     channels:int=16, temporal:int=4, spatial:int=8) -> tuple[int,int,int,int]:
+    "`(C, T, h, w)` of the Wan latent for a video; frames must be 4k+1 and sizes multiples of 8."
+    if num_frames < 1 or (num_frames - 1) % temporal:
+        k = max(0, (num_frames - 1)//temporal)
+        raise ValueError(f"num_frames={num_frames} is not {temporal}k+1 (Wan's VAE needs that); "
+                         f"use {temporal*k+1} or {temporal*(k+1)+1}")
+    if H % spatial or W % spatial:
+        raise ValueError(f"H={H}, W={W} must be multiples of {spatial} for the Wan VAE")
+    return channels, (num_frames - 1)//temporal + 1, H//spatial, W//spatial

@@ -11,8 +11,7 @@ from pathlib import Path
 import torch
 from fastcore.basics import patch
 
-from .core import pick_device, pick_dtype
-from .warp import wan_latent_shape
+from .core import pick_device, pick_dtype, wan_latent_shape
 
 # %% auto #0
 __all__ = ['TINY_WORDS', 'tiny_wan', 'WanPolicy']

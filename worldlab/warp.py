@@ -14,12 +14,14 @@ import torch.nn.functional as F
 
 from .camera import Trajectory, trajectory_from_prompt, NO_CAMERA_PHRASE
 from .flow import pixel_grid, trajectory_flows
+from .core import wan_latent_shape
+
 
 # %% auto #0
 __all__ = ['WARP_METHODS', 'WARP_METHOD_ALIASES', 'quad_cell_overlap', 'quad_area', 'corner_quads', 'check_flow', 'integral_warp',
            'DiscreteState', 'discrete_warp', 'sum_pool', 'warp_noise', 'frame_stats', 'realised_shift',
-           'aligned_correlation', 'anchored_warp', 'trajectory_homographies', 'wan_latent_shape', 'mix_fresh',
-           'camera_noise', 'camera_latents', 'lowpass', 'inject_init', 'StepwiseDelta', 'stepwise_delta']
+           'aligned_correlation', 'anchored_warp', 'trajectory_homographies', 'mix_fresh', 'camera_noise',
+           'camera_latents', 'lowpass', 'inject_init', 'StepwiseDelta', 'stepwise_delta']
 
 # %% ../nbs/03_warp.ipynb #81b800cb
 def _clamp_integral(y): # antiderivative of clamp(y, 0, 1)
@@ -355,18 +357,6 @@ def trajectory_homographies(traj:Trajectory, # poses of the frames to warp betwe
     Hs = [torch.eye(3, dtype=torch.float64)]
     for Hk in steps: Hs.append(Hk @ Hs[-1])
     return torch.stack(Hs)
-
-# %% ../nbs/03_warp.ipynb #ce4ee418
-def wan_latent_shape(num_frames:int, H:int, W:int, # video size
-                     channels:int=16, temporal:int=4, spatial:int=8) -> tuple[int,int,int,int]:
-    "`(C, T, h, w)` of the Wan latent for a video; frames must be 4k+1 and sizes multiples of 8."
-    if num_frames < 1 or (num_frames - 1) % temporal:
-        k = max(0, (num_frames - 1)//temporal)
-        raise ValueError(f"num_frames={num_frames} is not {temporal}k+1 (Wan's VAE needs that); "
-                         f"use {temporal*k+1} or {temporal*(k+1)+1}")
-    if H % spatial or W % spatial:
-        raise ValueError(f"H={H}, W={W} must be multiples of {spatial} for the Wan VAE")
-    return channels, (num_frames - 1)//temporal + 1, H//spatial, W//spatial
 
 # %% ../nbs/03_warp.ipynb #c1cba2ff
 def mix_fresh(noise:torch.Tensor, # any shape, N(0,1)
