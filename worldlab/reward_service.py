@@ -10,6 +10,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import numpy as np
 import torch
+from fastcore.basics import patch
 
 from .camera import Trajectory, trajectory_to_dict
 from .core import RequestFailed, post_json, to_float, to_uint8
