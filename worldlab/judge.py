@@ -12,7 +12,7 @@ from pathlib import Path
 
 from PIL import Image
 
-from .core import RequestFailed, post_json
+from .core import RequestFailed, pick_device, pick_dtype, post_json
 
 # %% auto #0
 __all__ = ['JudgeRequest', 'JudgeReply', 'shrink_to_fit', 'load_image', 'JudgeBackend', 'OpenAIBackend', 'VLLMBackend',
@@ -146,7 +146,6 @@ class TransformersBackend(JudgeBackend):
     name = 'transformers'
     def __init__(self, model:str|None=None, device:str='auto', dtype:str='auto', max_side:int=2048,
                  model_obj=None, processor=None):
-        from worldlab.core import pick_device, pick_dtype
         try: from transformers import AutoModelForImageTextToText, AutoProcessor
         except ImportError as e: raise ImportError("TransformersBackend needs transformers: pip install transformers") from e
         self.device = pick_device(device)

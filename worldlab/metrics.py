@@ -14,7 +14,7 @@ import pandas as pd
 import roma
 import torch
 
-from .camera import Trajectory
+from .camera import Trajectory, chain_trajectory
 from .core import psnr, to_float
 
 # %% auto #0
@@ -347,7 +347,6 @@ def classify_camera(est, # estimated poses: c2w [F,4,4] (or Trajectory)
                     H:int=64, W:int=64, form:str='release', # the video size the candidate paths are made for; S_traj form
                    ) -> tuple[str, str, dict]:
     "The primitive whose path the estimated cameras follow best (highest S_traj), its class, and every primitive's score."
-    from worldlab.camera import chain_trajectory
     est = as_c2w(est)
     scores = {p: trajectory_score(est, chain_trajectory([p], len(est), H, W), form=form)[0] for p in MOTION_CLASS}
     finite = {p: s for p, s in scores.items() if math.isfinite(s)}

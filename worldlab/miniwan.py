@@ -15,10 +15,11 @@ import torch
 import torch.nn.functional as F
 
 from .camera import PRIMITIVES, trajectory_from_prompt
-from .core import project_root, read_video
-from .corpus import COLOURS, DYNAMICS, PLACES, SHAPES, read_corpus
+from .core import project_root, read_video, save_json, to_uint8
+from .corpus import COLOURS, DYNAMICS, PLACES, SHAPES, plan_corpus, read_corpus
 from .policy import WanPolicy
 from .prompts import camera_phrase
+from .sampler import sample
 from .warp import camera_noise
 
 # %% auto #0
@@ -286,7 +287,6 @@ def initial_latents(policy, prompts:list[str], seeds:list[int], num_frames:int=1
 def generate(policy, prompts:list[str], seeds:list[int], num_frames:int=17, H:int=64, W:int=64, num_steps:int=20,
              guidance:float=3.0, noise:str='warped', degradation:float=0.0, batch:int=8) -> torch.Tensor:
     "Videos `[B,F,3,H,W]` in [0,1] sampled with the flow ODE (classifier-free guidance against the empty caption)."
-    from worldlab.sampler import sample
     x0 = initial_latents(policy, prompts, seeds, num_frames, H, W, noise, degradation)
     out = []
     for i in range(0, len(prompts), batch):
@@ -297,7 +297,6 @@ def generate(policy, prompts:list[str], seeds:list[int], num_frames:int=17, H:in
 
 def video_grid(videos:torch.Tensor, frames:int=5) -> np.ndarray: # [B,F,3,H,W] in [0,1]
     "An image `uint8 [B*H, frames*W, 3]`: `frames` evenly spaced frames of each video in a row."
-    from worldlab.core import to_uint8
     idx = np.linspace(0, videos.shape[1] - 1, frames).round().astype(int)
     v = to_uint8(videos[:, idx])                                         # [B,frames,H,W,3]
     return np.concatenate([np.concatenate(list(row), 1) for row in v], 0)
@@ -334,7 +333,6 @@ def denoising_quality(policy, sigmas=(0.3, 0.5, 0.7), # noise levels to test the
 # %% ../nbs/11b_miniwan.ipynb #b688f6e8
 def mini_prompts(n_main:int=400, n_dynamic:int=80, n_test:int=48, n_test_dynamic:int=16, seed:int=1) -> dict[str, list[str]]:
     "Captions `{main, dynamic, test, test_dynamic}`: training subjects for the first two, held-out subjects for the tests."
-    from worldlab.corpus import plan_corpus
     def take(n_static, n_dyn, split):
         share = max(n_dyn, 1)/max(n_static + n_dyn, 1)
         for scale in (1, 2, 4, 8):                                       # plan enough of both kinds
@@ -352,6 +350,7 @@ def evaluate_videos(videos:torch.Tensor, prompts:list[str], # [B,F,3,H,W] in [0,
                     cache=None, lpips_model=None, quality=None, # a rewards.ReconCache; from metrics.load_lpips; a reward fn (R_gen)
                    ) -> pd.DataFrame:
     "One row per video: recon_ok, PSNR, SSIM, LPIPS, s_traj, RotErr, TransErr, dynamics and r_gen."
+    # lazy: the reward stack (metrics, rewards: reconstruction, LPIPS) is loaded only to evaluate a run
     from worldlab.metrics import camera_metrics, recon_metrics, trajectory_score
     from worldlab.rewards import ReconCache, consistency_rerender, dynamics_degree
     cache = cache or ReconCache('fit', depth_prior='procedural')
@@ -373,7 +372,6 @@ def evaluate_videos(videos:torch.Tensor, prompts:list[str], # [B,F,3,H,W] in [0,
 def save_adapter(policy, folder:str|Path, rank:int, alpha:int, targets=('to_q', 'to_k', 'to_v', 'to_out.0')) -> Path:
     "Write the policy's LoRA adapter: `adapter.safetensors` and `adapter.json` (rank, alpha, target modules)."
     from safetensors.torch import save_file
-    from worldlab.core import save_json
     folder = Path(folder); folder.mkdir(parents=True, exist_ok=True)
     save_file({k: v.contiguous() for k, v in policy.lora_state().items()}, folder/'adapter.safetensors')
     save_json(dict(rank=rank, alpha=alpha, targets=list(targets)), folder/'adapter.json')

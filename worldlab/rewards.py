@@ -164,7 +164,7 @@ def parse_meta_score(reply, scoring:str='integer') -> tuple[float, str]: # a jud
 def s_meta(rec, judge, view:str='paper', scoring:str='integer', background=(0.5, 0.5, 0.5)) -> tuple[float, dict]:
     "S_meta of one reconstruction: render the meta-view and ask the judge; the image is kept in the info."
     from PIL import Image
-    from worldlab.judge import JudgeRequest   # lazy: judge (09) is built on top of this module's notebook
+    from worldlab.judge import JudgeRequest   # lazy: judge is a later notebook (09), needed only for S_meta
     if not rec.ok: return math.nan, dict(reason=f"reconstruction failed: {rec.reason}")
     K = rec.K[0] if rec.K.ndim == 3 else rec.K
     img = render(rec.gaussians, meta_view(rec, view).to(rec.gaussians.means), K.to(rec.gaussians.means), rec.H, rec.W,

@@ -15,6 +15,9 @@ import torch
 from .core import parse_value, project_root, save_json, save_figure, seed_everything, to_uint8, write_video
 from .config import RunConfig, TrainConfig, fields_help, resolve, split
 from .grpo import Trainer
+from .policy import WanPolicy
+from .prompts import load_world_r1, read_prompt_file
+from .sampler import sample
 from .reward_contract import channel_mean_reward
 
 # %% auto #0
@@ -24,9 +27,8 @@ __all__ = ['load_prompt_sets', 'simple_rewards', 'build_rewards', 'load_policy',
 # %% ../nbs/13_train.ipynb #b095a7af
 def load_prompt_sets(spec:str, seed:int=0) -> tuple[list[str], list[str]]:
     "Main and dynamic prompt lists, shuffled by `seed`: a World-R1 variant (else the shipped worldlab-v1 set), mini captions or a text file."
-    from worldlab.prompts import load_world_r1, read_prompt_file
     if spec == 'mini':
-        from worldlab.miniwan import mini_prompts
+        from worldlab.miniwan import mini_prompts   # lazy: miniwan (corpus, scenes) only for its captions
         mp = mini_prompts()
         main, dyn = mp['main'], mp['dynamic']
     elif spec in ('final', 'enhanced'):
@@ -57,19 +59,19 @@ def build_rewards(weights:dict, rc:RunConfig, policy=None) -> dict: # policy: fo
     want = [k for k in weights if k not in reg]
     if not want: return reg
     if rc.reward_url:
-        from worldlab.reward_service import remote_reward
+        from worldlab.reward_service import remote_reward   # lazy: only when scoring on a reward service
         return reg | {k: remote_reward(rc.reward_url, k) for k in want}
-    from worldlab.rewards import make_rewards
+    from worldlab.rewards import make_rewards   # lazy: the in-process 3D reward stack (reconstruction, LPIPS)
     judge = None
     if rc.judge_url:
-        from worldlab.judge import OpenAIBackend
+        from worldlab.judge import OpenAIBackend   # lazy: a VLM judge backend, only for S_meta
         judge = OpenAIBackend(rc.judge_url)
     mini = rc.rgen == 'mini'
     if mini and policy is None: raise ValueError("rgen='mini' scores with the base mini-Wan: pass the policy")
     heavy = make_rewards(rc.recon, rc.lpips, judge, None if mini else (rc.rgen or None), device=rc.device,
                          recon_opts=dict(rc.recon_opts), parts=dict(rc.r3d_parts) or None, form=rc.reward_form)
     if mini:
-        from worldlab.miniwan import denoising_quality
+        from worldlab.miniwan import denoising_quality   # lazy: miniwan, only for rgen='mini'
         heavy['reward_general'] = denoising_quality(policy)
     missing = [k for k in want if k not in heavy]
     if missing: raise ValueError(f"rewards {missing} are not available: known {sorted(reg | heavy)} "
@@ -79,10 +81,9 @@ def build_rewards(weights:dict, rc:RunConfig, policy=None) -> dict: # policy: fo
 # %% ../nbs/13_train.ipynb #a52a6970
 def load_policy(rc:RunConfig):
     "The run's policy: the tiny twin, the shipped mini-Wan, or a Wan2.1 checkpoint."
-    from worldlab.policy import WanPolicy
     if rc.model == 'tiny': return WanPolicy.tiny(seed=0, device=rc.device)
     if rc.model == 'mini':
-        from worldlab.miniwan import load_mini_wan
+        from worldlab.miniwan import load_mini_wan   # lazy: miniwan, only for model='mini'
         return load_mini_wan(device=rc.device)
     return WanPolicy.from_pretrained(rc.model, rc.device, rc.dtype)
 
@@ -123,7 +124,6 @@ def train(params:dict|tuple, # (TrainConfig, RunConfig), e.g. config.resolve('ti
 
 def write_sample(trainer:Trainer, prompt:str, path:Path):
     "One ODE sample of `prompt` from the trainer's camera noise (fixed seed, its injection and guidance), as an mp4."
-    from worldlab.sampler import sample
     policy, tc = trainer.policy, trainer.cfg
     with torch.no_grad():
         x0, inject = trainer.initial_noise(prompt, 0, n=1, seed=tc.seed)       # the same noise at every step: progress is comparable
