@@ -10,8 +10,8 @@ from collections import Counter
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from .chunks import IMAGE_NAMES, IDLE_LABEL
-from .core import save_json
+from .chunks import IMAGE_NAMES, IDLE_LABEL, pair_from_dict, render_pair
+from .core import save_json, to_uint8, write_video
 from .judge import JudgeRequest, JudgeReply
 
 # %% auto #0
@@ -45,6 +45,8 @@ def action_guide(label:str) -> str:
               if not set(keys) & set(atoms)]
     return seen + ('; all of these at once' if len(atoms) > 1 else '') + (f"; and no {', no '.join(banned)}" if banned else '')
 
+
+# %% ../nbs/10a_verdicts.ipynb #d7f7eb5d
 def chunk_prompt(caption:str, labels:list[str]) -> str:
     "The question for one chunk's six images."
     slots = '\n'.join(f"  Action {i + 1}: {lab}  (expected: {action_guide(lab)})" for i, lab in enumerate(labels))
@@ -67,6 +69,7 @@ Reply with JSON only, in exactly this form ("winner" is "A", "B" or "Tie"; "over
 "visual_quality": {{"temporal_consistency": {{"video_a_analysis": "...", "video_b_analysis": "...", "winner": "Tie"}},
 "dynamic_generation_quality": {{...}}, "artifacts_and_structure_integrity": {{...}}, "overall_summary": "...",
 "overall_winner": "B"}}}}"""
+
 
 # %% ../nbs/10a_verdicts.ipynb #38ea44bf
 @dataclass
@@ -104,6 +107,8 @@ def _find_payload(o):
             if (f := _find_payload(v)) is not None: return f
     return None
 
+
+# %% ../nbs/10a_verdicts.ipynb #e9dc1e3d
 def validate_payload(p:dict) -> str|None:
     "Why a parsed payload is not a complete, valid verdict (None when it is)."
     ok = lambda s: isinstance(s, str) and s.strip()
@@ -129,6 +134,7 @@ def validate_payload(p:dict) -> str|None:
     if not ok(vq.get('overall_summary')): return "visual_quality.overall_summary must be a non-empty string"
     if vq.get('overall_winner') not in ('A', 'B'): return f"visual_quality.overall_winner is {vq.get('overall_winner')!r}, not A or B"
     return None
+
 
 # %% ../nbs/10a_verdicts.ipynb #79c44ad2
 _W = r'"winner"\s*:\s*"(A|B|Tie)"'
@@ -202,6 +208,8 @@ def _soft_overall(reply:JudgeReply, key:str='action_control') -> float|None:
         seen_key = seen_key or key in text
     return None
 
+
+# %% ../nbs/10a_verdicts.ipynb #421a0a0a
 def judge_chunks(records:list[dict], # chunk records from `render_pairs` / `render_pair`
                  chunk_root:str|Path, judge, # where the chunks are; a JudgeBackend
                  retries:int=1, max_tokens:int=4096, logprobs:int|None=None, force:bool=False) -> list[dict]:
@@ -232,6 +240,8 @@ def judge_chunks(records:list[dict], # chunk records from `render_pairs` / `rend
         pending = still
     return [results[(r['pair_id'], r['chunk_id'])] for r in records]
 
+
+# %% ../nbs/10a_verdicts.ipynb #13576835
 def pair_verdicts(results:list[dict]) -> dict[str, dict]:
     "Video-level verdicts per pair from `judge_chunks` results (failed chunks do not vote)."
     by = {}
@@ -239,6 +249,7 @@ def pair_verdicts(results:list[dict]) -> dict[str, dict]:
         by.setdefault(r['pair_id'], [])
         if r['ok']: by[r['pair_id']].append(ChunkVerdict(**r['verdict']))
     return {pid: vote(vs) for pid, vs in by.items()}
+
 
 # %% ../nbs/10a_verdicts.ipynb #de64aa26
 def swap_pair(pair):
@@ -309,8 +320,6 @@ def win_rate_reward(judge, # a JudgeBackend
     "A reward in worldlab's contract: `fn(videos [B,F,3,H,W], prompts, metas) -> (scores [B], info)`."
     import numpy as np, torch
     from PIL import Image
-    from worldlab.chunks import pair_from_dict, render_pair
-    from worldlab.core import to_uint8, write_video
     work = Path(work_dir)
     def fn(videos, prompts, metas):
         B = len(videos)
