@@ -13,6 +13,7 @@ import numpy as np
 import roma
 import torch
 import torch.nn.functional as F
+from fastcore.basics import patch
 
 from .camera import Trajectory, intrinsics, scale_intrinsics
 from .core import psnr, to_float, to_uint8
@@ -42,7 +43,7 @@ class Reconstruction:
     seconds: float = float('nan')  # wall-clock time of the reconstruction
     background: tuple = (0.5, 0.5, 0.5)   # RGB behind the Gaussians when re-rendering
     info: dict = field(default_factory=dict)
-    tracked_c2w: torch.Tensor|None = None  # [F,4,4] float64 cameras tracked freely from the video ('fit'); None: not tracked
+    tracked_c2w: torch.Tensor|None = None  # [F,4,4] float64 cameras tracked freely from the video ('fit') or None
 
     @property
     def psnr(self) -> float: return float(self.psnr_per_frame.mean())   # mean over frames, NaN when not ok
@@ -53,32 +54,42 @@ class Reconstruction:
     def __len__(self): return len(self.c2w)
     def __repr__(self):
         state = f"PSNR {self.psnr:.2f} dB" if self.ok else f"failed: {self.reason}"
-        return f"Reconstruction({self.backend}, {len(self)} frames {self.H}x{self.W}, {len(self.gaussians)} Gaussians, {state}, {self.seconds:.1f}s)"
+        return (f"Reconstruction({self.backend}, {len(self)} frames {self.H}x{self.W}, {len(self.gaussians)} Gaussians, "
+                f"{state}, {self.seconds:.1f}s)")
 
-    def render(self, c2w:torch.Tensor|None=None, # [V,4,4] cameras to render (default: the estimated ones)
-               K:torch.Tensor|None=None, # [3,3] or [V,3,3] for (H, W) (default: the estimated ones)
-               H:int|None=None, W:int|None=None, batch:int=8) -> torch.Tensor:
-        "Re-rendered video, float `[V,3,H,W]` in [0,1]; NaN frames when the reconstruction failed."
-        c2w = self.c2w if c2w is None else c2w
-        if K is None: K = self.K if len(c2w) == len(self.K) else self.K[0]   # other cameras: frame 0's intrinsics
-        H, W = H or self.H, W or self.W
-        if not self.ok: return torch.full((len(c2w), 3, H, W), float('nan'))
-        g = self.gaussians
-        K = (K[None] if K.ndim == 2 else K).expand(len(c2w), 3, 3)
-        out = [render(g, c2w[i:i + batch].to(g.means), K[i:i + batch].to(g.means), H, W, background=self.background).rgb
-               for i in range(0, len(c2w), batch)]
-        return torch.cat(out).clamp(0, 1)
 
-    def rerender(self) -> torch.Tensor:
-        "The video re-rendered along the estimated cameras, float `[F,3,H,W]` (what S_recon compares)."
-        return self.render()
-
-def failed(backend:str, reason:str, n_frames:int, H:int, W:int, seconds:float=float('nan'), **info) -> Reconstruction:
+# %% ../nbs/07_recon.ipynb #0766b2da
+def failed(backend:str, reason:str, n_frames:int, H:int, W:int, seconds:float=float('nan'),
+           **info) -> Reconstruction:
     "The result of a reconstruction that could not be made: NaN poses and scores, no Gaussians."
     nan = float('nan')
     empty = Gaussians(torch.zeros(0, 3), torch.zeros(0, 4), torch.zeros(0, 3), torch.zeros(0), torch.zeros(0, 3))
-    return Reconstruction(empty, torch.full((n_frames, 4, 4), nan, dtype=torch.float64), torch.full((n_frames, 3, 3), nan, dtype=torch.float64),
+    return Reconstruction(empty, torch.full((n_frames, 4, 4), nan, dtype=torch.float64),
+                          torch.full((n_frames, 3, 3), nan, dtype=torch.float64),
                           H, W, torch.full((n_frames,), nan), backend, False, reason, seconds, info=info)
+
+
+# %% ../nbs/07_recon.ipynb #50cc3ead
+@patch
+def render(self:Reconstruction, c2w:torch.Tensor|None=None, # [V,4,4] cameras to render (default: the estimated ones)
+           K:torch.Tensor|None=None, # [3,3] or [V,3,3] for (H, W) (default: the estimated ones)
+           H:int|None=None, W:int|None=None, batch:int=8) -> torch.Tensor:
+    "Re-rendered video, float `[V,3,H,W]` in [0,1]; NaN frames when the reconstruction failed."
+    c2w = self.c2w if c2w is None else c2w
+    if K is None: K = self.K if len(c2w) == len(self.K) else self.K[0]   # other cameras: frame 0's intrinsics
+    H, W = H or self.H, W or self.W
+    if not self.ok: return torch.full((len(c2w), 3, H, W), float('nan'))
+    g = self.gaussians
+    K = (K[None] if K.ndim == 2 else K).expand(len(c2w), 3, 3)
+    out = [render(g, c2w[i:i + batch].to(g.means), K[i:i + batch].to(g.means), H, W, background=self.background).rgb
+           for i in range(0, len(c2w), batch)]
+    return torch.cat(out).clamp(0, 1)
+
+@patch
+def rerender(self:Reconstruction) -> torch.Tensor:
+    "The video re-rendered along the estimated cameras, float `[F,3,H,W]` (what S_recon compares)."
+    return self.render()
+
 
 # %% ../nbs/07_recon.ipynb #1ceaea34
 def grid_rays(K:torch.Tensor, H:int, W:int, # [3,3] intrinsics for (H, W)
@@ -177,6 +188,42 @@ class FitConfig:
     track_min_alpha: float = 0.8  # key-frame pixels tracked: where the fitted Gaussians are at least this opaque
 
 # %% ../nbs/07_recon.ipynb #c61e2476
+def prior_on_rays(depth_prior, frame:torch.Tensor, K:torch.Tensor, # the monocular model; frame 0 [3,H,W]; [3,3]
+                  rays:torch.Tensor, # [gh,gw,3] camera-space rays (z = 1) of the seeding grid
+                 ) -> tuple[torch.Tensor, torch.Tensor]:
+    ("The prior's log-depth `[N]` at every ray (edge values beyond the frame) "
+     "and whether the ray is inside it `[N]`.")
+    H, W = frame.shape[-2:]
+    with torch.no_grad(): d = torch.as_tensor(depth_prior(frame), dtype=torch.float32).reshape(1, 1, H, W)
+    if not (torch.isfinite(d).all() and (d > 0).all()):
+        raise ValueError("depth_prior returned non-finite or non-positive depths")
+    r = rays.reshape(-1, 3).float()
+    u, v = r[:, 0]*float(K[0, 0]) + float(K[0, 2]), r[:, 1]*float(K[1, 1]) + float(K[1, 2])   # pixel coordinates
+    grid = torch.stack([2*u/W - 1, 2*v/H - 1], -1)[None, None]
+    logd = F.grid_sample(d.log(), grid, align_corners=False, padding_mode='border')[0, 0, 0]
+    return logd, (u >= 0) & (u <= W) & (v >= 0) & (v <= H)
+
+def prior_penalty(log_depth:torch.Tensor, prior) -> torch.Tensor:
+    ("Mean squared log-depth difference from the prior after the best global scale "
+     "(scale-invariant, Eigen et al. 2014).")
+    logp, w = prior
+    diff = log_depth - logp
+    c = (diff*w).sum()/w.sum()                                      # the free scale, in closed form
+    return (((diff - c)**2)*w).sum()/w.sum()
+
+
+# %% ../nbs/07_recon.ipynb #e7603f62
+def _scene(origin, dirs, p, quat) -> Gaussians:
+    "Gaussians at `depth` along each ray: flat discs facing frame 0, thin along its optical axis."
+    s = p['log_scale'].exp()
+    return Gaussians(origin + dirs*p['log_depth'].exp()[:, None], quat.expand(len(dirs), 4),
+                     torch.cat([s, 0.3*s.mean(1, keepdim=True)], 1), torch.sigmoid(p['opacity']),
+                     torch.sigmoid(p['color']))
+
+def _baseline(c2w:torch.Tensor) -> float: return float((c2w[:, :3, 3] - c2w[:1, :3, 3]).norm(dim=-1).max())
+
+
+# %% ../nbs/07_recon.ipynb #fc3fd47c
 def _seed(video, c2w0, K, z_ref, cfg, depth_prior=None):
     "Rays, starting depths and colours of the Gaussians on frame 0's grid, and their optimisable parameters."
     H, W = video.shape[-2:]
@@ -196,33 +243,6 @@ def _seed(video, c2w0, K, z_ref, cfg, depth_prior=None):
                   rot=torch.zeros(len(video) - 1, 3), trans=torch.zeros(len(video) - 1, 3))
     return c2w0[0, :3, 3].float(), dirs, {k: v.clone().requires_grad_() for k, v in params.items()}, prior
 
-def prior_on_rays(depth_prior, frame:torch.Tensor, K:torch.Tensor, # the monocular model; frame 0 [3,H,W]; [3,3]
-                  rays:torch.Tensor, # [gh,gw,3] camera-space rays (z = 1) of the seeding grid
-                 ) -> tuple[torch.Tensor, torch.Tensor]:
-    "The prior's log-depth `[N]` at every ray (edge values beyond the frame) and whether the ray is inside it `[N]`."
-    H, W = frame.shape[-2:]
-    with torch.no_grad(): d = torch.as_tensor(depth_prior(frame), dtype=torch.float32).reshape(1, 1, H, W)
-    if not (torch.isfinite(d).all() and (d > 0).all()): raise ValueError("depth_prior returned non-finite or non-positive depths")
-    r = rays.reshape(-1, 3).float()
-    u, v = r[:, 0]*float(K[0, 0]) + float(K[0, 2]), r[:, 1]*float(K[1, 1]) + float(K[1, 2])   # pixel coordinates
-    grid = torch.stack([2*u/W - 1, 2*v/H - 1], -1)[None, None]
-    logd = F.grid_sample(d.log(), grid, align_corners=False, padding_mode='border')[0, 0, 0]
-    return logd, (u >= 0) & (u <= W) & (v >= 0) & (v <= H)
-
-def prior_penalty(log_depth:torch.Tensor, prior) -> torch.Tensor:
-    "Mean squared log-depth difference from the prior after the best global scale (scale-invariant, Eigen et al. 2014)."
-    logp, w = prior
-    diff = log_depth - logp
-    c = (diff*w).sum()/w.sum()                                      # the free scale, in closed form
-    return (((diff - c)**2)*w).sum()/w.sum()
-
-def _scene(origin, dirs, p, quat) -> Gaussians:
-    "Gaussians at `depth` along each ray: flat discs facing frame 0, thin along its optical axis."
-    s = p['log_scale'].exp()
-    return Gaussians(origin + dirs*p['log_depth'].exp()[:, None], quat.expand(len(dirs), 4),
-                     torch.cat([s, 0.3*s.mean(1, keepdim=True)], 1), torch.sigmoid(p['opacity']), torch.sigmoid(p['color']))
-
-def _baseline(c2w:torch.Tensor) -> float: return float((c2w[:, :3, 3] - c2w[:1, :3, 3]).norm(dim=-1).max())
 
 # %% ../nbs/07_recon.ipynb #c30268cc
 def _check(video, c2w0, z_ref, cfg) -> str:
