@@ -79,7 +79,8 @@ def read_pairs(path:str|Path, base_dir:str|Path|None=None, # default: the JSONL'
         where = f"{path.name}:{i}"
         try:
             try: d = json.loads(line)
-            except json.JSONDecodeError as e: raise ValueError(f"{where}: not valid JSON ({e.msg} at column {e.colno})") from None
+            except json.JSONDecodeError as e:
+                raise ValueError(f"{where}: not valid JSON ({e.msg} at column {e.colno})") from None
             p = pair_from_dict(d, base, where)
             if p.pair_id in seen: raise ValueError(f"{where}: field 'pair_id' {p.pair_id!r} appears twice")
             seen.add(p.pair_id); pairs.append(p)
@@ -204,7 +205,8 @@ def render_pair(pair:Pair, out:str|Path, force:bool=False) -> list[dict]:
         return [json.loads((out/f'chunk_{k:02d}'/CHUNK_RECORD).read_text()) for k in range(len(slots))]
     for side in (pair.left, pair.right):
         if not side.video.exists(): raise FileNotFoundError(f"{pair.pair_id}: video {side.video} does not exist")
-    if not pair.input_image.exists(): raise FileNotFoundError(f"{pair.pair_id}: input image {pair.input_image} does not exist")
+    if not pair.input_image.exists():
+        raise FileNotFoundError(f"{pair.pair_id}: input image {pair.input_image} does not exist")
     A, B = read_video(pair.left.video)[0], read_video(pair.right.video)[0]
     sa, sb = side_spans(pair, pair.left), side_spans(pair, pair.right)
     src = load_image(pair.input_image, MAX_SIDE)

@@ -45,7 +45,8 @@ def group_advantages(rewards:torch.Tensor, # [N] rewards (NaN: could not score)
         idx = idx[ok[idx]]
         flat = bool(len(idx) < 2 or r[idx].std() <= zero_std_tol)
         zero_std_n += flat
-        if mean == 'batch': adv[idx], mask[idx] = ((r[idx] - r[ok].mean())/(gstd + eps)).clamp(-clip, clip), True; continue
+        if mean == 'batch':
+            adv[idx], mask[idx] = ((r[idx] - r[ok].mean())/(gstd + eps)).clamp(-clip, clip), True; continue
         if flat:
             mask[idx] = zero_std == 'keep'; continue
         std = sd(r[idx]) if per_prompt_std else gstd
@@ -187,18 +188,21 @@ def initial_noise(self:Trainer, prompt:str, gidx:int, n:int|None=None, # videos 
     g = torch.Generator().manual_seed(_seed(c.seed, self.step, gidx, 1) if seed is None else seed)
     plain = torch.randn(G, *shape, generator=g)
     traj = self.commanded(prompt)
-    if c.injection in ('none', None) or traj.note == NO_CAMERA_PHRASE: return plain, None   # settings.ini reads `none` as None
+    # settings.ini reads `none` as None
+    if c.injection in ('none', None) or traj.note == NO_CAMERA_PHRASE: return plain, None
     warped = torch.stack([camera_noise(traj, shape[0], *self.policy.vae_scale, method=c.warp_method, degradation=c.noise_degradation,
                                        generator=g) for _ in range(G)])
     if c.injection == 'init': return inject_init(plain, warped), None
-    if c.injection == 'stepwise_delta': return plain, stepwise_delta(plain, warped, c.wrap_strength, c.delta_steps, c.delta_kernel)
+    if c.injection == 'stepwise_delta':
+        return plain, stepwise_delta(plain, warped, c.wrap_strength, c.delta_steps, c.delta_kernel)
     raise ValueError(f"injection must be init, stepwise_delta or none; got {c.injection!r}")
 
 # %% ../nbs/12_grpo.ipynb #4da4cd0e
 @patch
 def rollout(self:Trainer, prompts:list[str], mine:list[int], # the batch's prompts; the groups this process samples
             win:tuple[int, int]) -> tuple[list, list]: # the SDE window
-    "Phase 1: each group's G videos from its camera noise, with their SDE transitions; the rollouts and prompt embeddings."
+    ("Phase 1: each group's G videos from its camera noise, with their SDE transitions; the rollouts and prompt "
+     "embeddings.")
     c = self.cfg
     neg = self.neg.expand(c.group_size, -1, -1) if self.neg is not None else None
     rolls, embs = [], []
@@ -218,17 +222,20 @@ def _numeric(v) -> bool:
 
 @patch
 def score(self:Trainer, prompts:list[str], mine:list[int], rolls:list) -> tuple[torch.Tensor, dict, list[str]]:
-    "Phase 2: the phase's weighted reward of every video [n], its components {name: [n]}, and why samples could not be scored."
+    ("Phase 2: the phase's weighted reward of every video [n], its components {name: [n]}, and why samples could not "
+     "be scored.")
     c = self.cfg
     reward_fn = compose_rewards(self.schedule.rewards(self.step), self.registry)
     rewards, info, reasons, fails = [], {}, [], []
     for gidx, r in zip(mine, rolls):
-        meta = dict(group=f'{self.step}-{gidx}', prompt=prompts[gidx], traj=self.commanded(prompts[gidx]))   # the rewards score this path
+        # the rewards score this path
+        meta = dict(group=f'{self.step}-{gidx}', prompt=prompts[gidx], traj=self.commanded(prompts[gidx]))
         s, inf = reward_fn(r.video, [prompts[gidx]]*c.group_size, [meta]*c.group_size)
         rewards.append(s)
         for k, v in inf.items():
             if _numeric(v): info.setdefault(k, []).append(torch.as_tensor(v, dtype=torch.float64))
-            elif k.endswith('reason'): reasons += [f"{prompts[gidx][:40]}: {x}" for x, y in zip(v, s) if x and torch.isnan(y)]
+            elif k.endswith('reason'):
+                reasons += [f"{prompts[gidx][:40]}: {x}" for x, y in zip(v, s) if x and torch.isnan(y)]
             elif k.endswith('traceback'): fails += [(gidx, i, k, x) for i, x in enumerate(v) if x]
     self._log_failures(prompts, mine, fails)
     return torch.cat(rewards), {k: torch.cat(v) for k, v in info.items()}, reasons
@@ -238,12 +245,14 @@ def _log_failures(self:Trainer, prompts:list[str], mine:list[int], fails:list):
     "Append the tracebacks of videos a reward could not score to `run_dir/reward_failures.log`."
     if not fails or self.run_dir is None: return
     with open(self.run_dir/'reward_failures.log', 'a') as f:
-        for gidx, i, name, tb in fails: f.write(f"--- step {self.step}, prompt {prompts[gidx]!r}, video {i}, {name}\n{tb}\n")
+        for gidx, i, name, tb in fails:
+            f.write(f"--- step {self.step}, prompt {prompts[gidx]!r}, video {i}, {name}\n{tb}\n")
 
 # %% ../nbs/12_grpo.ipynb #51c48e44
 @patch
 def advantages(self:Trainer, rewards:torch.Tensor, mine:list[int]) -> dict:
-    "Phase 3: `group_advantages` of the step's rewards, one group per prompt, with the run's std, mean and zero-std rules."
+    ("Phase 3: `group_advantages` of the step's rewards, one group per prompt, with the run's std, mean and zero-std "
+     "rules.")
     c = self.cfg
     groups = [gidx for gidx in mine for _ in range(c.group_size)]
     return group_advantages(rewards, groups, c.per_prompt_stat_tracking, c.adv_clip_max, ddof=c.adv_ddof, mean=c.adv_mean,
@@ -251,7 +260,8 @@ def advantages(self:Trainer, rewards:torch.Tensor, mine:list[int]) -> dict:
 
 @patch
 def trained_timesteps(self:Trainer, win:tuple[int, int]) -> list[int]:
-    "The window's steps trained on: the first `timestep_fraction` of them (rounded, or floored as the release does; at least one)."
+    ("The window's steps trained on: the first `timestep_fraction` of them (rounded, or floored as the release does; "
+     "at least one).")
     S = win[1] - win[0]
     k = {'round': round, 'floor': math.floor}[self.cfg.timestep_rounding](self.cfg.timestep_fraction*S)
     return list(range(S))[:max(1, k)]
@@ -259,7 +269,8 @@ def trained_timesteps(self:Trainer, win:tuple[int, int]) -> list[int]:
 # %% ../nbs/12_grpo.ipynb #52dc48ce
 @patch
 def update(self:Trainer, rolls:list, embs:list, A:dict, win:tuple[int, int]) -> tuple[list[dict], float]:
-    "Phase 4: back-propagate the clipped surrogate (+ β·KL) per trained timestep, clip, step AdamW, update the EMA; stats and gradient norm."
+    ("Phase 4: back-propagate the clipped surrogate (+ β·KL) per trained timestep, clip, step AdamW, update the EMA; "
+     "stats and gradient norm.")
     c = self.cfg
     train_js = self.trained_timesteps(win)
     self.opt.zero_grad(set_to_none=True)
@@ -277,7 +288,8 @@ def update(self:Trainer, rolls:list, embs:list, A:dict, win:tuple[int, int]) -> 
             loss, st = grpo_loss(lp, r.logps[:, j], A['advantages'][sl], A['mask'][sl], c.clip_range, kl, c.beta)
             (loss/n_back).backward()
             stats.append(st)
-    if self.acc.num_processes > 1 and not self.sharded:                  # average gradients over processes (DDP's rule; FSDP does its own)
+    # average gradients over processes (DDP's rule; FSDP does its own)
+    if self.acc.num_processes > 1 and not self.sharded:
         for p in self.params:
             if p.grad is None: p.grad = torch.zeros_like(p)
             torch.distributed.all_reduce(p.grad); p.grad /= self.acc.num_processes
@@ -292,14 +304,16 @@ def update(self:Trainer, rolls:list, embs:list, A:dict, win:tuple[int, int]) -> 
 @patch
 def metrics(self:Trainer, phase:str, win:tuple[int, int], rewards:torch.Tensor, A:dict, stats:list[dict], gnorm:float,
             info:dict, reasons:list[str], times:dict) -> dict:
-    "Phase 5: one row of the metrics table from every process's share of the step (an error when no video could be scored)."
+    ("Phase 5: one row of the metrics table from every process's share of the step (an error when no video could be "
+     "scored).")
     parts = self._gather(dict(flat=rewards, adv=A['advantages'][A['mask']], stats=stats, reasons=reasons, info=info,
                               counts=(A['nan_rewards'], A['zero_std_groups'], A['groups'])))
     flat = torch.cat([p['flat'] for p in parts]); adv = torch.cat([p['adv'] for p in parts])
     stats = [s for p in parts for s in p['stats']]
     nan_n, zero_n, groups_n = (sum(p['counts'][i] for p in parts) for i in range(3))
     ok = ~torch.isnan(flat)
-    if not ok.any():                                                   # every process sees the same gathered batch: all stop
+    # every process sees the same gathered batch: all stop
+    if not ok.any():
         why = ' | '.join(dict.fromkeys(r for p in parts for r in p['reasons']))[:800]
         raise RuntimeError(f"step {self.step}: no video could be scored ({why})"
                            + (f"; tracebacks in {self.run_dir/'reward_failures.log'}" if self.run_dir else ''))

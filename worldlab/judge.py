@@ -47,7 +47,8 @@ def load_image(img, max_side:int=2048) -> Image.Image:
     return shrink_to_fit((img if isinstance(img, Image.Image) else Image.open(img)).convert('RGB'), max_side)
 
 class JudgeBackend:
-    "Base class: `generate(requests) -> replies`, one reply per request, in order; a failure is a reply, not an exception."
+    ("Base class: `generate(requests) -> replies`, one reply per request, in order; a failure is a reply, not an "
+     "exception.")
     name = 'judge'
     def generate(self, requests:list[JudgeRequest], max_tokens:int=2048, temperature:float=0.0,
                  logprobs:int|None=None) -> list[JudgeReply]:
@@ -124,8 +125,10 @@ class VLLMBackend(JudgeBackend):
     def generate(self, requests, max_tokens=2048, temperature=0.0, logprobs=None):
         convs, replies = [], [None]*len(requests)
         for i, r in enumerate(requests):
-            try: convs.append((i, [{'role': 'user', 'content': [{'type': 'image_url', 'image_url': {'url': self._url(im)}}
-                                                                for im in r.images] + [{'type': 'text', 'text': r.text}]}]))
+            try:
+                convs.append((i, [{'role': 'user', 'content': [{'type': 'image_url', 'image_url': {'url': self._url(im)}}
+                                                                for im in r.images] + [{'type':
+                                                                    'text', 'text': r.text}]}]))
             except Exception as e: replies[i] = JudgeReply(None, f"cannot read the images: {type(e).__name__}: {e}")
         sp = self._sampling(temperature=temperature, max_tokens=max_tokens, logprobs=logprobs)
         t0 = time.time()
@@ -135,7 +138,8 @@ class VLLMBackend(JudgeBackend):
             g = o.outputs[0] if o.outputs else None
             if g is None: replies[i] = JudgeReply(None, 'vLLM returned no output', per); continue
             lp = g.logprobs if logprobs else None
-            toks = [d[t].decoded_token for t, d in zip(g.token_ids, lp)] if lp else None   # vLLM always lists the chosen token
+            # vLLM always lists the chosen token
+            toks = [d[t].decoded_token for t, d in zip(g.token_ids, lp)] if lp else None
             top = [{v.decoded_token: v.logprob for v in d.values()} for d in lp] if lp else None
             replies[i] = JudgeReply(g.text, None, per, toks, top)
         return replies
@@ -147,7 +151,8 @@ class TransformersBackend(JudgeBackend):
     def __init__(self, model:str|None=None, device:str='auto', dtype:str='auto', max_side:int=2048,
                  model_obj=None, processor=None):
         try: from transformers import AutoModelForImageTextToText, AutoProcessor
-        except ImportError as e: raise ImportError("TransformersBackend needs transformers: pip install transformers") from e
+        except ImportError as e:
+            raise ImportError("TransformersBackend needs transformers: pip install transformers") from e
         self.device = pick_device(device)
         if model_obj is None:
             if model is None: raise ValueError("give a model id/path, or model_obj and processor")

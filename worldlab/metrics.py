@@ -277,7 +277,8 @@ def _release_profile(pred:torch.Tensor, tgt:torch.Tensor) -> tuple[float, dict]:
 def trajectory_score_exact_release(est, cmd, # estimated c2w [F,4,4] (its reconstruction's units) and commanded poses (units of z_ref)
                          z_ref:float=1.0, seed:int=0) -> tuple[float, dict]:
     "S_traj as the World-R1 release computes it, fallbacks and float32 included (see above)."
-    import numpy as np                                                     # numpy float32 algebra, as the release: its rounding decides pans
+    # numpy float32 algebra, as the release: its rounding decides pans
+    import numpy as np
     est, cmd = as_c2w(est), as_c2w(cmd)
     ainv = lambda A: np.concatenate([np.concatenate([A[..., :3, :3].swapaxes(-1, -2), -A[..., :3, :3].swapaxes(-1, -2) @ A[..., :3, 3:]], -1), A[..., 3:, :]], -2)
     rel = lambda P: np.linalg.inv(P[0]) @ P
@@ -288,7 +289,8 @@ def trajectory_score_exact_release(est, cmd, # estimated c2w [F,4,4] (its recons
         P, T = torch.from_numpy(pred), torch.from_numpy(tgt)
         m = release_ransac(P, T, seed=seed) if len(est) >= 6 else evo_umeyama(P[:, :3, 3], T[:, :3, 3])
         if m is None: status = 'not aligned: Umeyama degenerate (the release falls back to the raw estimate)'
-        else: aligned, status = ainv(ainv(_sim3_apply(m, P.double()).numpy())), 'sim3'   # float64 from here, as in numpy
+        # float64 from here, as in numpy
+        else: aligned, status = ainv(ainv(_sim3_apply(m, P.double()).numpy())), 'sim3'
     score, info = _release_profile(torch.from_numpy(rel(aligned)), torch.from_numpy(tgt_rel))
     return score, info | dict(alignment=status)
 
@@ -346,7 +348,8 @@ MOTION_CLASS = {'push_in': 'in', 'pull_out': 'out', 'move_left': 'left', 'move_r
 def classify_camera(est, # estimated poses: c2w [F,4,4] (or Trajectory)
                     H:int=64, W:int=64, form:str='release', # the video size the candidate paths are made for; S_traj form
                    ) -> tuple[str, str, dict]:
-    "The primitive whose path the estimated cameras follow best (highest S_traj), its class, and every primitive's score."
+    ("The primitive whose path the estimated cameras follow best (highest S_traj), its class, and every primitive's "
+     "score.")
     est = as_c2w(est)
     scores = {p: trajectory_score(est, chain_trajectory([p], len(est), H, W), form=form)[0] for p in MOTION_CLASS}
     finite = {p: s for p, s in scores.items() if math.isfinite(s)}
@@ -376,7 +379,8 @@ def alexnet_checkpoint() -> Path:
 def _build_lpips(trunk:str, device:str):
     import lpips
     with warnings.catch_warnings(), torch.random.fork_rng():
-        warnings.simplefilter('ignore')                               # lpips 0.1.4 passes torchvision's deprecated `pretrained`
+        # lpips 0.1.4 passes torchvision's deprecated `pretrained`
+        warnings.simplefilter('ignore')
         torch.manual_seed(0)                                          # a random trunk is the same one every time
         model = lpips.LPIPS(net='alex', version='0.1', pnet_rand=(trunk == 'random'), verbose=False)
     model.label, model.trunk = LPIPS_LABELS[trunk], trunk
@@ -414,7 +418,8 @@ def recon_metrics(video:torch.Tensor, rerender:torch.Tensor, # [F,3,H,W] each in
                   lpips_model=None, # from load_lpips; None: the ImageNet trunk
                  ) -> dict:
     "PSNR, SSIM and LPIPS of a video against its 3D re-render (means over frames)."
-    if video.shape != rerender.shape: raise ValueError(f"video {tuple(video.shape)} and re-render {tuple(rerender.shape)} differ")
+    if video.shape != rerender.shape:
+        raise ValueError(f"video {tuple(video.shape)} and re-render {tuple(rerender.shape)} differ")
     lpips_model = load_lpips() if lpips_model is None else lpips_model
     return dict(PSNR=float(psnr(video, rerender).mean()), SSIM=float(ssim(video, rerender).mean()),
                 LPIPS=float(lpips_distance(video, rerender, lpips_model).mean()), lpips_model=lpips_model.label,

@@ -93,7 +93,8 @@ def mini_wan_dir() -> Path:
     "Where the shipped mini-Wan lives: `<project>/data/mini_wan` (or `$WORLDLAB_MINI_WAN`)."
     if os.environ.get('WORLDLAB_MINI_WAN'): return Path(os.environ['WORLDLAB_MINI_WAN'])
     root = project_root()
-    if root is None: raise FileNotFoundError("mini-Wan ships in a worldlab checkout's data/mini_wan: run inside the checkout or set WORLDLAB_MINI_WAN")
+    if root is None:
+        raise FileNotFoundError("mini-Wan ships in a worldlab checkout's data/mini_wan: run inside the checkout or set WORLDLAB_MINI_WAN")
     return root/'data'/'mini_wan'
 
 def load_mini_wan(path:str|Path|None=None, device='cpu') -> WanPolicy:
@@ -167,7 +168,8 @@ def train_loop(model:torch.nn.Module, loss_fn, # loss_fn(step, generator) -> (lo
             for s, p in zip(shadow, params): s.mul_(d).add_(p.detach(), alpha=1 - d)
         rows.append(dict(step=step, loss=float(loss.detach()), grad_norm=gnorm, lr=opt.param_groups[0]['lr'], **stats, time=time.time()))
         if ckpt is not None and ((step + 1) % ckpt_every == 0 or step + 1 == steps): save(step + 1)
-        if progress and (step + 1) % ckpt_every == 0:                     # a line a terminal or a papermill log can show
+        # a line a terminal or a papermill log can show
+        if progress and (step + 1) % ckpt_every == 0:
             recent = rows[-ckpt_every:]
             print(f"{desc} step {step + 1}/{steps}: loss {np.mean([r['loss'] for r in recent]):.4f}, "
                   f"{(recent[-1]['time'] - recent[0]['time'])/max(1, len(recent) - 1):.2f} s/step", flush=True)
@@ -195,7 +197,8 @@ def vae_batches(clips:Clips, batch:int=4, window:int=9, crop:int=0): # crop: squ
     "A batch function `(step, generator) -> [B,3,window,h,w]` of random windows (and crops) of random clips."
     H, W = clips.frames.shape[2:4]
     c = crop or H
-    if c > min(H, W) or c % 8: raise ValueError(f"crop={crop} must be a multiple of 8 no larger than the frames ({H}x{W})")
+    if c > min(H, W) or c % 8:
+        raise ValueError(f"crop={crop} must be a multiple of 8 no larger than the frames ({H}x{W})")
     def fn(step, g):
         i = torch.randint(0, len(clips), (batch,), generator=g)
         t = torch.randint(0, clips.frames.shape[1] - window + 1, (batch,), generator=g)
@@ -218,7 +221,8 @@ def scene_caption(caption:str) -> str:
     return re.sub(r'^\s*camera\b[^.]*\.\s*', '', caption, flags=re.I)
 
 def training_caption(caption:str, camera_text:str, generator:torch.Generator) -> str:
-    "The caption a training step reads: its own camera sentence ('true'), none ('none'), or half the time a random one ('random')."
+    ("The caption a training step reads: its own camera sentence ('true'), none ('none'), or half the time a random "
+     "one ('random').")
     if camera_text == 'true': return caption
     if camera_text == 'none': return scene_caption(caption)
     if camera_text != 'random': raise ValueError(f"camera_text must be 'true', 'none' or 'random', got {camera_text!r}")
@@ -233,7 +237,8 @@ def shifted_sigma(u:torch.Tensor, shift:float) -> torch.Tensor:
 
 def training_noise(clips:Clips, idx:list[int], shape:tuple, warp_share:float, generator:torch.Generator,
                    max_degradation:float=0.5, spatial:int=4) -> tuple[torch.Tensor, torch.Tensor]:
-    "Noise `[B,C,T,h,w]` for clips `idx` (warped along each clip's camera with probability `warp_share`) and which were warped."
+    ("Noise `[B,C,T,h,w]` for clips `idx` (warped along each clip's camera with probability `warp_share`) and which "
+     "were warped.")
     out, warped = [], torch.rand(len(idx), generator=generator) < warp_share
     for i, w in zip(idx, warped.tolist()):
         if w:
@@ -332,7 +337,8 @@ def denoising_quality(policy, sigmas=(0.3, 0.5, 0.7), # noise levels to test the
 
 # %% ../nbs/11b_miniwan.ipynb #b688f6e8
 def mini_prompts(n_main:int=400, n_dynamic:int=80, n_test:int=48, n_test_dynamic:int=16, seed:int=1) -> dict[str, list[str]]:
-    "Captions `{main, dynamic, test, test_dynamic}`: training subjects for the first two, held-out subjects for the tests."
+    ("Captions `{main, dynamic, test, test_dynamic}`: training subjects for the first two, held-out subjects for the "
+     "tests.")
     def take(n_static, n_dyn, split):
         share = max(n_dyn, 1)/max(n_static + n_dyn, 1)
         for scale in (1, 2, 4, 8):                                       # plan enough of both kinds
@@ -378,7 +384,8 @@ def save_adapter(policy, folder:str|Path, rank:int, alpha:int, targets=('to_q', 
     return folder
 
 def load_rl_adapter(policy, folder:str|Path|None=None) -> WanPolicy:
-    "Attach a saved LoRA adapter (default: the shipped `data/mini_wan_rl`) to `policy`; `policy.reference()` switches it off."
+    ("Attach a saved LoRA adapter (default: the shipped `data/mini_wan_rl`) to `policy`; `policy.reference()` switches "
+     "it off.")
     from safetensors.torch import load_file
     folder = Path(folder) if folder is not None else mini_wan_dir().parent/'mini_wan_rl'
     if not (folder/'adapter.json').exists():

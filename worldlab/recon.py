@@ -124,7 +124,8 @@ def plane_sweep(frames:torch.Tensor, c2w:torch.Tensor, K:torch.Tensor, # [F,3,H,
                 n_depths:int=32, depth_range=(0.25, 8.0), # candidate depths, uniform in 1/depth, in units of z_ref
                 smooth:int=3, min_views:int=3, # cost smoothing window (grid cells); views needed for a vote
                ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    "Per ray: depth `[N]` where the frames agree best, the world ray direction `[N,3]` and the mean colour there `[N,3]`."
+    ("Per ray: depth `[N]` where the frames agree best, the world ray direction `[N,3]` and the mean colour there "
+     "`[N,3]`.")
     gh, gw = rays.shape[:2]
     R, o = c2w[key, :3, :3].float(), c2w[key, :3, 3].float()
     dirs = rays.reshape(-1, 3) @ R.T
@@ -269,7 +270,8 @@ def _optimise(video, K, c2w0, origin, dirs, p, quat, z_ref, bounds, cfg, prior=N
         out = render(_scene(origin, dirs, p, quat), c2w, scale_intrinsics(K, (H, W), (H//s, W//s)), H//s, W//s,
                      background=cfg.background).rgb
         loss = (out - target).abs().mean() + 0.2*((out - target)**2).mean()
-        if prior is not None and cfg.prior_weight > 0: loss = loss + cfg.prior_weight*prior_penalty(p['log_depth'], prior)
+        if prior is not None and cfg.prior_weight > 0:
+            loss = loss + cfg.prior_weight*prior_penalty(p['log_depth'], prior)
         if not torch.isfinite(loss): return step
         opt.zero_grad(); loss.backward(); opt.step()
         if not all(torch.isfinite(v).all() for v in p.values()): return step   # NaN Gaussians would render as empty
@@ -321,7 +323,8 @@ def photometric_residuals(points:torch.Tensor, colors:torch.Tensor, # [N,3] each
                           image:torch.Tensor, K:torch.Tensor, # [9,H,W] from `with_gradients`; [3,3] for (H, W)
                           c2w:torch.Tensor, # [4,4] the camera to test
                          ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    "Colour residuals `[N,3]` where `c2w` sees the points, whether each is in view `[N]`, and the Jacobian `[N,3,6]` for `c2w @ [R(ω)|v]`."
+    ("Colour residuals `[N,3]` where `c2w` sees the points, whether each is in view `[N]`, and the Jacobian `[N,3,6]` "
+     "for `c2w @ [R(ω)|v]`.")
     H, W = image.shape[-2:]
     w2c = torch.linalg.inv(c2w.double()).float()
     p = points @ w2c[:3, :3].T + w2c[:3, 3]
@@ -329,11 +332,14 @@ def photometric_residuals(points:torch.Tensor, colors:torch.Tensor, # [N,3] each
     fx, fy, cx, cy = K[0, 0].float(), K[1, 1].float(), K[0, 2].float(), K[1, 2].float()
     u, v = fx*x/zs + cx, fy*y/zs + cy
     valid = (z > 1e-2) & (u > 0.5) & (u < W - 0.5) & (v > 0.5) & (v < H - 0.5)
-    s = F.grid_sample(image[None], torch.stack([u/W*2 - 1, v/H*2 - 1], -1)[None, None], align_corners=False)[0, :, 0].T  # [N,9]
+    # [N,9]
+    s = F.grid_sample(image[None], torch.stack([u/W*2 - 1, v/H*2 - 1], -1)[None, None], align_corners=False)[0, :, 0].T
     o = torch.zeros_like(zs)
-    duv = torch.stack([torch.stack([fx/zs, o, -fx*x/zs**2], -1), torch.stack([o, fy/zs, -fy*y/zs**2], -1)], -2)  # [N,2,3]
+    # [N,2,3]
+    duv = torch.stack([torch.stack([fx/zs, o, -fx*x/zs**2], -1), torch.stack([o, fy/zs, -fy*y/zs**2], -1)], -2)
     dI_dp = torch.stack([s[:, 3:6], s[:, 6:9]], -1) @ duv                                                    # [N,3,3]
-    skew = torch.stack([torch.stack([o, -z, y], -1), torch.stack([z, o, -x], -1), torch.stack([-y, x, o], -1)], -2)  # p' = p + [p]x ω - v
+    # p' = p + [p]x ω - v
+    skew = torch.stack([torch.stack([o, -z, y], -1), torch.stack([z, o, -x], -1), torch.stack([-y, x, o], -1)], -2)
     return s[:, :3] - colors, valid, torch.cat([dI_dp @ skew, -dI_dp], -1)
 
 # %% ../nbs/07_recon.ipynb #8a0db6bc
@@ -346,7 +352,8 @@ def align_camera(points:torch.Tensor, colors:torch.Tensor, # [N,3] each: key-fra
                  image:torch.Tensor, K:torch.Tensor, c2w:torch.Tensor, # [9,H,W] (`with_gradients`), [3,3], [4,4] start
                  iters:int=10, huber:float=0.1, # Levenberg-Marquardt steps; Huber threshold on colour residuals
                 ) -> tuple[torch.Tensor, float]:
-    "The camera `[4,4]` (float64) that best shows the points in their colours, by robust Levenberg-Marquardt, and its cost."
+    ("The camera `[4,4]` (float64) that best shows the points in their colours, by robust Levenberg-Marquardt, and its "
+     "cost.")
     c2w, lam = c2w.double(), 1e-2
     r, valid, J = photometric_residuals(points, colors, image, K, c2w)
     for _ in range(iters):
@@ -355,8 +362,10 @@ def align_camera(points:torch.Tensor, colors:torch.Tensor, # [N,3] each: key-fra
         A, b = Jd.T @ (w[:, None]*Jd), Jd.T @ (w*rd)
         trial = c2w @ pose_step(-torch.linalg.solve(A + lam*torch.diag(A.diagonal()) + 1e-12*torch.eye(6, dtype=A.dtype), b))
         r2, valid2, J2 = photometric_residuals(points, colors, image, K, trial)
-        both = valid & valid2                                  # compare on the points both cameras see: leaving the view is free
-        if _robust_cost(r2, both, huber) < _robust_cost(r, both, huber): c2w, r, valid, J, lam = trial, r2, valid2, J2, lam/3
+        # compare on the points both cameras see: leaving the view is free
+        both = valid & valid2
+        if _robust_cost(r2, both, huber) < _robust_cost(r, both, huber):
+            c2w, r, valid, J, lam = trial, r2, valid2, J2, lam/3
         else: lam *= 4
     return c2w, _robust_cost(r, valid, huber)
 
@@ -366,7 +375,8 @@ def keyframe_points(rec:Reconstruction, frame:torch.Tensor, c2w:torch.Tensor, # 
                     s:int=1, # pyramid level: pixels averaged per side
                     min_alpha:float=0.8, # keep pixels where the fitted Gaussians are at least this opaque
                    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    "World points `[N,3]` behind a key frame's pixels at the fitted depth, their colours in `frame` `[N,3]`, and `K [3,3]` at level `s`."
+    ("World points `[N,3]` behind a key frame's pixels at the fitted depth, their colours in `frame` `[N,3]`, and `K "
+     "[3,3]` at level `s`.")
     H, W = rec.H, rec.W
     K, c2w0 = rec.K[0].float(), c2w.float()
     pool = lambda x: F.avg_pool2d(x[None], s)[0] if s > 1 else x
@@ -381,13 +391,15 @@ def track_poses(rec:Reconstruction, frames, # a fitted reconstruction; its video
                 levels=(4, 2, 1), iters=(10, 8, 6), # pyramid (pixels averaged per side) and LM steps per level
                 huber:float=0.1, min_alpha:float=0.8,
                ) -> tuple[torch.Tensor, torch.Tensor]:
-    "Every camera `[F,4,4]` tracked freely, each frame against the previous one at its tracked camera; and each frame's final cost `[F]`."
+    ("Every camera `[F,4,4]` tracked freely, each frame against the previous one at its tracked camera; and each "
+     "frame's final cost `[F]`.")
     video = to_float(frames, 'frames', ndim=4)
     c2w, costs = [rec.c2w[0].double()], [0.0]
     for t in range(1, len(video)):
         c = c2w[-1] @ torch.linalg.inv(c2w[-2]) @ c2w[-1] if t > 1 else c2w[-1]          # constant velocity
         out = render(rec.gaussians, c2w[-1].float(), rec.K[0].float(), rec.H, rec.W, background=rec.background)
-        for s, n in zip(levels, iters):                       # the previous frame's pixels at the fitted scene's depth there
+        # the previous frame's pixels at the fitted scene's depth there
+        for s, n in zip(levels, iters):
             pts, cols, Ks = keyframe_points(rec, video[t - 1], c2w[-1], out, s, min_alpha)
             c, cost = align_camera(pts, cols, with_gradients(F.avg_pool2d(video[t], s) if s > 1 else video[t]), Ks, c, n, huber)
         c2w.append(c); costs.append(cost)
@@ -420,7 +432,8 @@ def check_da3_model(model:str):
 def w2c_to_c2w(extrinsics) -> torch.Tensor: # [N,3,4] or [N,4,4] world-to-camera (numpy or torch)
     "Camera-to-world poses `[N,4,4]` (float64) from world-to-camera extrinsics."
     E = torch.as_tensor(np.asarray(extrinsics) if not torch.is_tensor(extrinsics) else extrinsics).double()
-    if E.ndim != 3 or E.shape[1:] not in ((3, 4), (4, 4)): raise ValueError(f"extrinsics must be [N,3,4] or [N,4,4], got {tuple(E.shape)}")
+    if E.ndim != 3 or E.shape[1:] not in ((3, 4), (4, 4)):
+        raise ValueError(f"extrinsics must be [N,3,4] or [N,4,4], got {tuple(E.shape)}")
     R, t = E[:, :3, :3], E[:, :3, 3]
     c2w = torch.eye(4, dtype=torch.float64).repeat(len(E), 1, 1)
     c2w[:, :3, :3] = R.transpose(1, 2); c2w[:, :3, 3] = -(R.transpose(1, 2) @ t[..., None])[..., 0]
@@ -477,10 +490,12 @@ def reconstruct_da3(frames, # uint8 [F,H,W,3] or float [F,3,H,W]
     u8 = list(to_uint8(video))
     pred = da3.inference(u8, infer_gs=True, process_res=process_res)
     if pred.gaussians is None: return failed('da3', f"{model!r} returned no Gaussians", n, H, W, time.time() - t0)
-    if not np.isfinite(pred.extrinsics).all(): return failed('da3', "degenerate: non-finite camera poses", n, H, W, time.time() - t0)
+    if not np.isfinite(pred.extrinsics).all():
+        return failed('da3', "degenerate: non-finite camera poses", n, H, W, time.time() - t0)
     rec = da3_to_reconstruction(pred, H, W, traj.z_ref if traj is not None else 1.0)
     rec.psnr_per_frame = psnr(rec.render().cpu(), video)
-    if not torch.isfinite(rec.psnr_per_frame).all(): return failed('da3', "diverged: non-finite re-render", n, H, W, time.time() - t0)
+    if not torch.isfinite(rec.psnr_per_frame).all():
+        return failed('da3', "diverged: non-finite re-render", n, H, W, time.time() - t0)
     rec.seconds = time.time() - t0
     return rec
 

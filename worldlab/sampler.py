@@ -16,7 +16,8 @@ __all__ = ['sde_std', 'sde_step', 'release_std', 'release_step', 'unipc_schedule
 
 # %% ../nbs/11a_sampler.ipynb #d9c52038
 def sde_std(sigma:torch.Tensor, sigma_second:torch.Tensor|float, noise_level:float, near_one:float=1e-3) -> torch.Tensor:
-    "Flow-GRPO's `sqrt(σ/(1−σ))·noise_level`, with σ within `near_one` of 1 replaced by the schedule's second σ in `1 − σ`."
+    ("Flow-GRPO's `sqrt(σ/(1−σ))·noise_level`, with σ within `near_one` of 1 replaced by the schedule's second σ in `1 "
+     "− σ`.")
     s = torch.as_tensor(sigma, dtype=torch.float64)
     denom = torch.where(s > 1 - near_one, torch.as_tensor(sigma_second, dtype=torch.float64), s)
     return (s/(1 - denom)).sqrt()*noise_level
@@ -32,7 +33,8 @@ def sde_step(v:torch.Tensor, x:torch.Tensor, # velocity and latents [B,...]
     mean = torch.add(x*(1 + s*s/(2*sigma)*dt), v, alpha=(1 + s*s*(1 - sigma)/(2*sigma))*dt)
     std = s*math.sqrt(-dt)
     dims = tuple(range(1, x.ndim))
-    if std == 0: return (mean if next_sample is None else next_sample), torch.zeros(x.shape[0], dtype=x.dtype, device=x.device), mean, std
+    if std == 0:
+        return (mean if next_sample is None else next_sample), torch.zeros(x.shape[0], dtype=x.dtype, device=x.device), mean, std
     const = math.log(std) + 0.5*math.log(2*math.pi)
     if next_sample is None:                            # drawn here: (x_next - mean)/std is the noise itself
         eps = torch.randn(x.shape, generator=generator, dtype=x.dtype, device=x.device)
@@ -124,7 +126,8 @@ def sample(policy, emb:torch.Tensor, x0:torch.Tensor, # policy; prompt embedding
                 keep_x.append(x); keep_s.append(nxt); keep_lp.append(lp); steps.append(i)
             else: nxt = x + v*(sig[i + 1] - sig[i])
             x = inject(nxt, i) if inject is not None else nxt
-    stack = lambda xs, like: torch.stack(xs, 1) if xs else like.new_zeros(len(like), 0, *like.shape[1:])   # an empty window: pure ODE
+    # an empty window: pure ODE
+    stack = lambda xs, like: torch.stack(xs, 1) if xs else like.new_zeros(len(like), 0, *like.shape[1:])
     roll = Rollout(stack(keep_x, x0), stack(keep_s, x0), stack(keep_lp, x0[:, 0, 0, 0, 0]), steps, x)
     if decode: roll.video = policy.decode(x)
     return roll

@@ -26,7 +26,8 @@ __all__ = ['load_prompt_sets', 'simple_rewards', 'build_rewards', 'load_policy',
 
 # %% ../nbs/13_train.ipynb #b095a7af
 def load_prompt_sets(spec:str, seed:int=0) -> tuple[list[str], list[str]]:
-    "Main and dynamic prompt lists, shuffled by `seed`: a World-R1 variant (else the shipped worldlab-v1 set), mini captions or a text file."
+    ("Main and dynamic prompt lists, shuffled by `seed`: a World-R1 variant (else the shipped worldlab-v1 set), mini "
+     "captions or a text file.")
     if spec == 'mini':
         from worldlab.miniwan import mini_prompts   # lazy: miniwan (corpus, scenes) only for its captions
         mp = mini_prompts()
@@ -118,7 +119,8 @@ def train(params:dict|tuple, # (TrainConfig, RunConfig), e.g. config.resolve('ti
         row = pd.DataFrame([m])                                                # phases log different reward columns:
         if log_path.exists(): row = pd.concat([pd.read_csv(log_path), row])    # rewrite under the union of the headers
         row.to_csv(log_path.with_suffix('.tmp'), index=False); log_path.with_suffix('.tmp').replace(log_path)
-        if rc.sample_every and m['step'] % rc.sample_every == 0: write_sample(trainer, main_p[0], run_dir/f"sample_{m['step']:05d}.mp4")
+        if rc.sample_every and m['step'] % rc.sample_every == 0:
+            write_sample(trainer, main_p[0], run_dir/f"sample_{m['step']:05d}.mp4")
     trainer.fit(rc.steps, rc.checkpoint_every, log=log, progress=progress)
     return pd.read_csv(log_path).drop_duplicates('step', keep='last') if log_path.exists() else pd.DataFrame()
 
@@ -126,7 +128,8 @@ def write_sample(trainer:Trainer, prompt:str, path:Path):
     "One ODE sample of `prompt` from the trainer's camera noise (fixed seed, its injection and guidance), as an mp4."
     policy, tc = trainer.policy, trainer.cfg
     with torch.no_grad():
-        x0, inject = trainer.initial_noise(prompt, 0, n=1, seed=tc.seed)       # the same noise at every step: progress is comparable
+        # the same noise at every step: progress is comparable
+        x0, inject = trainer.initial_noise(prompt, 0, n=1, seed=tc.seed)
         v = sample(policy, policy.encode([prompt]), x0.to(policy.device), tc.num_steps, tc.guidance_scale, trainer.neg,
                    noise_level=0.0, inject=inject).video[0]
     write_video(path, to_uint8(v.float().cpu()), fps=8)
@@ -151,7 +154,8 @@ def main(argv=None):
     ap.add_argument('--run-dir', required=True, help='the run folder (re-using it resumes)')
     ap.add_argument('--quiet', action='store_true', help='no progress bar')
     a = ap.parse_args(argv)
-    try: cfgs = resolve(a.preset, {k: parse_value(v) for k, v in a.param})     # the one resolver `worldlab run train` uses too
+    # the one resolver `worldlab run train` uses too
+    try: cfgs = resolve(a.preset, {k: parse_value(v) for k, v in a.param})
     except (KeyError, ValueError, TypeError) as e: ap.exit(2, f"worldlab-train: {e.args[0] if e.args else e}\n")
     try: hist = train(cfgs, a.run_dir, progress=not a.quiet)
     except ValueError as e: ap.exit(2, f"worldlab-train: {e}\n")

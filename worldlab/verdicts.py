@@ -115,15 +115,19 @@ def validate_payload(p:dict) -> str|None:
     ac, vq = p.get('action_control'), p.get('visual_quality')
     if not isinstance(ac, dict): return "action_control must be an object"
     acts = ac.get('actions')
-    if not isinstance(acts, list) or len(acts) != 4: return f"action_control.actions must hold 4 items, got {len(acts) if isinstance(acts, list) else type(acts).__name__}"
+    if not isinstance(acts, list) or len(acts) != 4:
+        return f"action_control.actions must hold 4 items, got {len(acts) if isinstance(acts, list) else type(acts).__name__}"
     for i, a in enumerate(acts, 1):
         if not isinstance(a, dict): return f"action_control.actions[{i - 1}] must be an object"
-        if a.get('action_id') != i: return f"action_control.actions[{i - 1}].action_id must be {i}, got {a.get('action_id')!r}"
+        if a.get('action_id') != i:
+            return f"action_control.actions[{i - 1}].action_id must be {i}, got {a.get('action_id')!r}"
         for k in ('action_label', 'video_a_analysis', 'video_b_analysis'):
             if not ok(a.get(k)): return f"action_control.actions[{i - 1}].{k} must be a non-empty string"
-        if a.get('winner') not in ('A', 'B', 'Tie'): return f"action_control.actions[{i - 1}].winner is {a.get('winner')!r}"
+        if a.get('winner') not in ('A', 'B', 'Tie'):
+            return f"action_control.actions[{i - 1}].winner is {a.get('winner')!r}"
     if not ok(ac.get('overall_summary')): return "action_control.overall_summary must be a non-empty string"
-    if ac.get('overall_winner') not in ('A', 'B'): return f"action_control.overall_winner is {ac.get('overall_winner')!r}, not A or B"
+    if ac.get('overall_winner') not in ('A', 'B'):
+        return f"action_control.overall_winner is {ac.get('overall_winner')!r}, not A or B"
     if not isinstance(vq, dict): return "visual_quality must be an object"
     for k in VISUAL_CRITERIA:
         v = vq.get(k)
@@ -132,7 +136,8 @@ def validate_payload(p:dict) -> str|None:
             if not ok(v.get(f)): return f"visual_quality.{k}.{f} must be a non-empty string"
         if v.get('winner') not in ('A', 'B', 'Tie'): return f"visual_quality.{k}.winner is {v.get('winner')!r}"
     if not ok(vq.get('overall_summary')): return "visual_quality.overall_summary must be a non-empty string"
-    if vq.get('overall_winner') not in ('A', 'B'): return f"visual_quality.overall_winner is {vq.get('overall_winner')!r}, not A or B"
+    if vq.get('overall_winner') not in ('A', 'B'):
+        return f"visual_quality.overall_winner is {vq.get('overall_winner')!r}, not A or B"
     return None
 
 
@@ -219,7 +224,8 @@ def judge_chunks(records:list[dict], # chunk records from `render_pairs` / `rend
     results = {}
     for r in records:
         f = folder(r)/'verdict.json'
-        if not force and f.exists() and (old := json.loads(f.read_text())).get('ok'): results[(r['pair_id'], r['chunk_id'])] = old
+        if not force and f.exists() and (old := json.loads(f.read_text())).get('ok'):
+            results[(r['pair_id'], r['chunk_id'])] = old
     pending = [r for r in records if (r['pair_id'], r['chunk_id']) not in results]
     attempts = Counter()
     for round_ in range(retries + 1):
