@@ -228,7 +228,8 @@ def render_pair(pair:Pair, out:str|Path, force:bool=False) -> list[dict]:
                 if ca: clamped.add(('left', i))
                 if cb: clamped.add(('right', i))
             ga.append(fa); gb.append(fb)
-            _save_png(shrink_to_fit(action_panel_image(fa[0], fa[2], fb[0], fb[2], s, labels[-1], panel_w), MAX_SIDE), d/f'action{s + 1}.png')
+            _save_png(shrink_to_fit(action_panel_image(fa[0], fa[2], fb[0], fb[2], s, labels[-1], panel_w), MAX_SIDE),
+                      d/f'action{s + 1}.png')
         prev = [i for i, _ in slots[k - 1] if i >= 0] if k else []
         ref = lambda F, S: action_frames(F, S, prev[-1])[2] if prev else F[0]
         _save_png(shrink_to_fit(frame_grid_image(ga, gb, labels, ref(A, sa), ref(B, sb)), MAX_SIDE), d/'frame_grid.png')

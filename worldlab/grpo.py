@@ -65,7 +65,8 @@ def grpo_loss(logp:torch.Tensor, logp_old:torch.Tensor, adv:torch.Tensor, mask:t
     m = mask.to(ratio)
     n = m.sum().clamp_min(1)
     loss = (surr*m).sum()/n
-    stats = dict(policy_loss=float(loss.detach()), clip_frac=float((((ratio.detach() - 1).abs() > clip_range).float()*m).sum()/n),
+    stats = dict(policy_loss=float(loss.detach()),
+                 clip_frac=float((((ratio.detach() - 1).abs() > clip_range).float()*m).sum()/n),
                  ratio_mean=float((ratio.detach()*m).sum()/n))
     if kl is not None and beta > 0:
         klm = (kl*m).sum()/n
@@ -120,7 +121,8 @@ def _seed(*xs) -> int:
 class Trainer:
     "Flow-GRPO on a `WanPolicy`: sample groups, score, update the LoRA adapter; checkpoint and resume."
     def __init__(self, policy, cfg:TrainConfig, rewards:dict, # {name: reward fn}
-                 main_prompts:list[str], dynamic_prompts:list[str]|None=None, run_dir:str|Path|None=None, accelerator=None):
+                 main_prompts:list[str], dynamic_prompts:list[str]|None=None, run_dir:str|Path|None=None,
+                 accelerator=None):
         self.policy, self.cfg, self.registry = policy, cfg, rewards
         self.prompts = {'main': list(main_prompts), 'dynamic': list(dynamic_prompts or main_prompts)}
         if not self.prompts['main']: raise ValueError("no training prompts")
@@ -190,7 +192,8 @@ def initial_noise(self:Trainer, prompt:str, gidx:int, n:int|None=None, # videos 
     traj = self.commanded(prompt)
     # settings.ini reads `none` as None
     if c.injection in ('none', None) or traj.note == NO_CAMERA_PHRASE: return plain, None
-    warped = torch.stack([camera_noise(traj, shape[0], *self.policy.vae_scale, method=c.warp_method, degradation=c.noise_degradation,
+    warped = torch.stack([camera_noise(traj, shape[0], *self.policy.vae_scale, method=c.warp_method,
+                                       degradation=c.noise_degradation,
                                        generator=g) for _ in range(G)])
     if c.injection == 'init': return inject_init(plain, warped), None
     if c.injection == 'stepwise_delta':
@@ -211,7 +214,8 @@ def rollout(self:Trainer, prompts:list[str], mine:list[int], # the batch's promp
         emb = self.policy.encode([prompts[gidx]]*c.group_size)
         with torch.no_grad():
             rolls.append(sample(self.policy, emb, x0, c.num_steps, c.guidance_scale, neg, c.noise_level, win,
-                                inject, torch.Generator().manual_seed(_seed(c.seed, self.step, gidx, 3)), form=c.sde_form))
+                                inject, torch.Generator().manual_seed(_seed(c.seed, self.step, gidx, 3)),
+                                form=c.sde_form))
         embs.append(emb)
     return rolls, embs
 
@@ -255,7 +259,8 @@ def advantages(self:Trainer, rewards:torch.Tensor, mine:list[int]) -> dict:
      "rules.")
     c = self.cfg
     groups = [gidx for gidx in mine for _ in range(c.group_size)]
-    return group_advantages(rewards, groups, c.per_prompt_stat_tracking, c.adv_clip_max, ddof=c.adv_ddof, mean=c.adv_mean,
+    return group_advantages(rewards, groups, c.per_prompt_stat_tracking, c.adv_clip_max, ddof=c.adv_ddof,
+                            mean=c.adv_mean,
                             zero_std=c.zero_std)
 
 @patch
@@ -283,7 +288,8 @@ def update(self:Trainer, rolls:list, embs:list, A:dict, win:tuple[int, int]) -> 
             kl = None
             if c.beta > 0:
                 with torch.no_grad():
-                    _, mref, _ = logprob(self.policy, r, j, emb, c.num_steps, c.guidance_scale, neg, c.noise_level, reference=True)
+                    _, mref, _ = logprob(self.policy, r, j, emb, c.num_steps, c.guidance_scale, neg, c.noise_level,
+                                         reference=True)
                 kl = kl_to_reference(mean, mref, std)
             loss, st = grpo_loss(lp, r.logps[:, j], A['advantages'][sl], A['mask'][sl], c.clip_range, kl, c.beta)
             (loss/n_back).backward()
@@ -344,7 +350,8 @@ def train_step(self:Trainer) -> dict:
     stats, gnorm = self.update(rolls, embs, A, win)
     t3 = time.perf_counter()
     # 5. metrics, gathered from every process
-    m = self.metrics(phase, win, rewards, A, stats, gnorm, info, reasons, dict(t_sample=t1 - t0, t_reward=t2 - t1, t_update=t3 - t2))
+    m = self.metrics(phase, win, rewards, A, stats, gnorm, info, reasons,
+                     dict(t_sample=t1 - t0, t_reward=t2 - t1, t_update=t3 - t2))
     self.step += 1
     return m
 

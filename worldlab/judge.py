@@ -84,7 +84,8 @@ class OpenAIBackend(JudgeBackend):
         except Exception as e: return JudgeReply(None, f"cannot read the images: {type(e).__name__}: {e}")
         try:
             out = post_json(f"{self.base_url}/chat/completions", body, {'Authorization': f'Bearer {self.api_key}'},
-                            self.timeout, self.retries, self.backoff)      # retries connection errors, timeouts, 429 and 5xx
+                            self.timeout, self.retries,
+                            self.backoff)      # retries connection errors, timeouts, 429 and 5xx
             choice = out['choices'][0]
             lp = (choice.get('logprobs') or {}).get('content') if logprobs else None
             return JudgeReply(choice['message']['content'], None, time.time() - t0,
@@ -102,7 +103,8 @@ class OpenAIBackend(JudgeBackend):
 class VLLMBackend(JudgeBackend):
     "vLLM's offline engine: all requests in one batched `LLM.chat` call."
     name = 'vllm'
-    def __init__(self, model:str, max_images:int=6, max_model_len:int=49152, image_dir:str|Path='/tmp/worldlab_judge_images',
+    def __init__(self, model:str, max_images:int=6, max_model_len:int=49152,
+                 image_dir:str|Path='/tmp/worldlab_judge_images',
                  max_side:int=2048, **llm_kw):
         try: from vllm import LLM, SamplingParams
         except ImportError as e:
@@ -126,7 +128,8 @@ class VLLMBackend(JudgeBackend):
         convs, replies = [], [None]*len(requests)
         for i, r in enumerate(requests):
             try:
-                convs.append((i, [{'role': 'user', 'content': [{'type': 'image_url', 'image_url': {'url': self._url(im)}}
+                convs.append((i,
+                              [{'role': 'user', 'content': [{'type': 'image_url', 'image_url': {'url': self._url(im)}}
                                                                 for im in r.images] + [{'type':
                                                                     'text', 'text': r.text}]}]))
             except Exception as e: replies[i] = JudgeReply(None, f"cannot read the images: {type(e).__name__}: {e}")
@@ -193,7 +196,8 @@ def tiny_qwen_vl(seed:int=0, folder:str|Path|None=None):
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers
     from transformers import (PreTrainedTokenizerFast, Qwen2VLConfig, Qwen2VLForConditionalGeneration,
                               Qwen2VLImageProcessor, Qwen2VLProcessor, Qwen2VLVideoProcessor)
-    special = ['<|endoftext|>', '<|im_start|>', '<|im_end|>', '<|vision_start|>', '<|vision_end|>', '<|image_pad|>', '<|video_pad|>']
+    special = ['<|endoftext|>', '<|im_start|>', '<|im_end|>', '<|vision_start|>', '<|vision_end|>', '<|image_pad|>',
+               '<|video_pad|>']
     words = 'A B Tie { } " : , [ ] winner action_control visual_quality overall_winner user assistant'.split()
     vocab = {t: i for i, t in enumerate(special + ['[UNK]'] + words)}
     tk = Tokenizer(models.WordLevel(vocab, unk_token='[UNK]'))
@@ -202,12 +206,14 @@ def tiny_qwen_vl(seed:int=0, folder:str|Path|None=None):
                 "{% else %}{% for c in m['content'] %}{% if c['type'] == 'image' %}<|vision_start|><|image_pad|><|vision_end|>"
                 "{% elif c['type'] == 'text' %}{{ c['text'] }}{% endif %}{% endfor %}{% endif %}<|im_end|>\n{% endfor %}"
                 "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")
-    tok = PreTrainedTokenizerFast(tokenizer_object=tk, unk_token='[UNK]', eos_token='<|im_end|>', pad_token='<|endoftext|>',
+    tok = PreTrainedTokenizerFast(tokenizer_object=tk, unk_token='[UNK]', eos_token='<|im_end|>',
+                                  pad_token='<|endoftext|>',
                                   additional_special_tokens=special, chat_template=template)
     proc = Qwen2VLProcessor(image_processor=Qwen2VLImageProcessor(min_pixels=28*28*4, max_pixels=28*28*16),
                             tokenizer=tok, video_processor=Qwen2VLVideoProcessor(), chat_template=template)
     cfg = Qwen2VLConfig(
-        text_config=dict(vocab_size=len(vocab), hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=2,
+        text_config=dict(vocab_size=len(vocab), hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                         num_attention_heads=2,
                          num_key_value_heads=1, max_position_embeddings=8192,
                          rope_parameters={'rope_type': 'default', 'rope_theta': 10000.0, 'mrope_section': [2, 3, 3]},
                          bos_token_id=0, eos_token_id=vocab['<|im_end|>'], pad_token_id=0),

@@ -272,7 +272,8 @@ def _release_profile(pred:torch.Tensor, tgt:torch.Tensor) -> tuple[float, dict]:
     errs = _geodesic_deg32(tgt[:, :3, :3], pred[:, :3, :3]).double()
     rs = math.exp(-pr/5.0) if trr < 1e-3 else 0.5*math.exp(-float(errs.mean())/6) + 0.3*math.exp(-float(errs[-1])/6) + 0.2*ext(pr, trr)
     w = (ts*rs, None) if tt < 1e-4 and trr < 1e-3 else (0.2*ts + 0.8*rs, None) if tt < 1e-4 else (0.8*ts + 0.2*rs, None) if trr < 1e-3 else (0.5*(ts + rs), None)
-    return min(max(w[0], 0.0), 1.0), dict(translation=ts, rotation=rs, t_moved=pt, t_commanded=tt, r_turned=pr, r_commanded=trr)
+    return min(max(w[0], 0.0), 1.0), dict(translation=ts, rotation=rs, t_moved=pt, t_commanded=tt, r_turned=pr,
+                                          r_commanded=trr)
 
 def trajectory_score_exact_release(est, cmd, # estimated c2w [F,4,4] (its reconstruction's units) and commanded poses (units of z_ref)
                          z_ref:float=1.0, seed:int=0) -> tuple[float, dict]:
@@ -443,7 +444,8 @@ def plot_consistency(df:pd.DataFrame, # from consistency_table
                      color:str|None=None): # column to colour by
     "Bar charts of PSNR, SSIM and LPIPS side by side, titled with the LPIPS model."
     import plotly.express as px
-    long = df.reset_index().melt(id_vars=[c for c in (x, color) if c], value_vars=['PSNR', 'SSIM', 'LPIPS'], var_name='metric')
+    long = df.reset_index().melt(id_vars=[c for c in (x, color) if c], value_vars=['PSNR', 'SSIM', 'LPIPS'],
+                                 var_name='metric')
     fig = px.bar(long, x=x, y='value', color=color, facet_col='metric', barmode='group', height=300)
     fig.update_yaxes(matches=None, showticklabels=True)
     return fig.update_layout(title=f"3D consistency — {', '.join(df['lpips_model'].unique())}")

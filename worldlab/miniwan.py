@@ -73,16 +73,20 @@ def build_mini_wan(words:list[str]|None=None, # tokenizer vocabulary (default: c
     from diffusers import AutoencoderKLWan, FlowMatchEulerDiscreteScheduler, WanPipeline, WanTransformer3DModel
     torch.manual_seed(seed)
     tok = word_tokenizer(words or corpus_vocabulary(), cfg.max_len)
-    te = UMT5EncoderModel(UMT5Config(vocab_size=len(tok), d_model=cfg.text_dim, d_kv=16, d_ff=2*cfg.text_dim, num_layers=cfg.text_layers,
+    te = UMT5EncoderModel(UMT5Config(vocab_size=len(tok), d_model=cfg.text_dim, d_kv=16, d_ff=2*cfg.text_dim,
+                                     num_layers=cfg.text_layers,
                                      num_heads=cfg.text_dim//16, relative_attention_num_buckets=8)).eval()
     down = len(cfg.vae_mult) - 1
     vae = AutoencoderKLWan(base_dim=cfg.vae_dim, z_dim=cfg.z_dim, dim_mult=list(cfg.vae_mult), num_res_blocks=1,
                            temperal_downsample=[True, True] + [False]*(down - 2), latents_mean=[0.0]*cfg.z_dim,
                            latents_std=[1.0]*cfg.z_dim, scale_factor_spatial=2**down, scale_factor_temporal=4)
-    tr = WanTransformer3DModel(patch_size=(1, 2, 2), num_attention_heads=cfg.width//32, attention_head_dim=32, in_channels=cfg.z_dim,
-                               out_channels=cfg.z_dim, text_dim=cfg.text_dim, freq_dim=64, ffn_dim=4*cfg.width, num_layers=cfg.layers,
+    tr = WanTransformer3DModel(patch_size=(1, 2, 2), num_attention_heads=cfg.width//32, attention_head_dim=32,
+                               in_channels=cfg.z_dim,
+                               out_channels=cfg.z_dim, text_dim=cfg.text_dim, freq_dim=64, ffn_dim=4*cfg.width,
+                               num_layers=cfg.layers,
                                rope_max_seq_len=64)
-    return WanPipeline(tokenizer=tok, text_encoder=te, transformer=tr, vae=vae, scheduler=FlowMatchEulerDiscreteScheduler(shift=cfg.shift))
+    return WanPipeline(tokenizer=tok, text_encoder=te, transformer=tr, vae=vae,
+                       scheduler=FlowMatchEulerDiscreteScheduler(shift=cfg.shift))
 
 def count_parameters(pipe) -> dict:
     "Parameters per component, in millions."
@@ -166,7 +170,8 @@ def train_loop(model:torch.nn.Module, loss_fn, # loss_fn(step, generator) -> (lo
         with torch.no_grad():
             d = min(ema, (1 + step)/(10 + step))                           # short memory early on
             for s, p in zip(shadow, params): s.mul_(d).add_(p.detach(), alpha=1 - d)
-        rows.append(dict(step=step, loss=float(loss.detach()), grad_norm=gnorm, lr=opt.param_groups[0]['lr'], **stats, time=time.time()))
+        rows.append(dict(step=step, loss=float(loss.detach()), grad_norm=gnorm, lr=opt.param_groups[0]['lr'], **stats,
+                         time=time.time()))
         if ckpt is not None and ((step + 1) % ckpt_every == 0 or step + 1 == steps): save(step + 1)
         # a line a terminal or a papermill log can show
         if progress and (step + 1) % ckpt_every == 0:
@@ -191,7 +196,8 @@ def vae_loss(vae, x:torch.Tensor, # [B,3,F,H,W] in [-1,1]
     y = vae.decode(z).sample
     mse = F.mse_loss(y, x)
     kl = 0.5*(post.mean**2 + post.var - 1 - post.logvar).mean()
-    return (y - x).abs().mean() + mse + kl_weight*kl, dict(psnr=float(10*torch.log10(4/mse.detach())), kl=float(kl.detach()))
+    return (y - x).abs().mean() + mse + kl_weight*kl, dict(psnr=float(10*torch.log10(4/mse.detach())),
+                                                           kl=float(kl.detach()))
 
 def vae_batches(clips:Clips, batch:int=4, window:int=9, crop:int=0): # crop: square crops of this size (0: whole frames)
     "A batch function `(step, generator) -> [B,3,window,h,w]` of random windows (and crops) of random clips."
@@ -342,7 +348,8 @@ def mini_prompts(n_main:int=400, n_dynamic:int=80, n_test:int=48, n_test_dynamic
     def take(n_static, n_dyn, split):
         share = max(n_dyn, 1)/max(n_static + n_dyn, 1)
         for scale in (1, 2, 4, 8):                                       # plan enough of both kinds
-            plan = plan_corpus(*((scale*(n_static + n_dyn), 0) if split == 'train' else (0, scale*(n_static + n_dyn))), share, seed=seed)
+            plan = plan_corpus(*((scale*(n_static + n_dyn), 0) if split == 'train' else (0, scale*(n_static + n_dyn))),
+                               share, seed=seed)
             st = list(dict.fromkeys(s.caption for s in plan if not s.dynamic and s.cameras != ['fixed']))
             dy = list(dict.fromkeys(s.caption for s in plan if s.dynamic))
             if len(st) >= n_static and len(dy) >= n_dyn: return st[:n_static], dy[:n_dyn]

@@ -259,7 +259,8 @@ def _check(video, c2w0, z_ref, cfg) -> str:
 def _optimise(video, K, c2w0, origin, dirs, p, quat, z_ref, bounds, cfg, prior=None):
     "Adam on Gaussians and pose corrections, coarse then fine; the step it diverged at, or None."
     opt = torch.optim.Adam([dict(params=[p['log_depth']], lr=cfg.lr_depth), dict(params=[p['color']], lr=cfg.lr_color),
-                            dict(params=[p['log_scale']], lr=cfg.lr_scale), dict(params=[p['opacity']], lr=cfg.lr_opacity),
+                            dict(params=[p['log_scale']], lr=cfg.lr_scale),
+                            dict(params=[p['opacity']], lr=cfg.lr_opacity),
                             dict(params=[p['rot'], p['trans']], lr=cfg.lr_pose if cfg.refine_poses else 0.0)])
     H, W = video.shape[-2:]
     gen = torch.Generator().manual_seed(cfg.seed)
@@ -299,7 +300,8 @@ def fit_gaussians(frames, # uint8 [F,H,W,3] or float [F,3,H,W]
         return failed('fit', f"diverged: non-finite loss or parameters at step {bad}", n, H, W, time.time() - t0)
     with torch.no_grad():
         g, c2w = _scene(origin, dirs, p, R0).detach(), corrected_poses(c2w0, p['rot'], p['trans'], *bounds, z_ref).double()
-        rec = Reconstruction(g, c2w, K.double().expand(n, 3, 3).clone(), H, W, torch.zeros(n), 'fit', background=cfg.background,
+        rec = Reconstruction(g, c2w, K.double().expand(n, 3, 3).clone(), H, W, torch.zeros(n), 'fit',
+                             background=cfg.background,
                              info=dict(baseline=_baseline(c2w0)/z_ref, steps=cfg.coarse_steps + cfg.fine_steps))
         if dp is not None:
             rec.info |= dict(depth_prior=getattr(dp, 'label', repr(dp)), prior_weight=cfg.prior_weight)
@@ -401,7 +403,8 @@ def track_poses(rec:Reconstruction, frames, # a fitted reconstruction; its video
         # the previous frame's pixels at the fitted scene's depth there
         for s, n in zip(levels, iters):
             pts, cols, Ks = keyframe_points(rec, video[t - 1], c2w[-1], out, s, min_alpha)
-            c, cost = align_camera(pts, cols, with_gradients(F.avg_pool2d(video[t], s) if s > 1 else video[t]), Ks, c, n, huber)
+            c, cost = align_camera(pts, cols, with_gradients(F.avg_pool2d(video[t], s) if s > 1 else video[t]), Ks,
+                                   c, n, huber)
         c2w.append(c); costs.append(cost)
     return torch.stack(c2w), torch.tensor(costs)
 

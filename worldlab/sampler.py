@@ -122,7 +122,8 @@ def sample(policy, emb:torch.Tensor, x0:torch.Tensor, # policy; prompt embedding
         for i in range(num_steps):
             v = policy.velocity(x, ts[i], emb, neg, guidance)
             if lo <= i < hi:
-                nxt, lp, _, _ = sde_step(v, x, float(sig[i]), float(sig[i + 1]), float(sig[1]), noise_level, generator=generator)
+                nxt, lp, _, _ = sde_step(v, x, float(sig[i]), float(sig[i + 1]), float(sig[1]), noise_level,
+                                         generator=generator)
                 keep_x.append(x); keep_s.append(nxt); keep_lp.append(lp); steps.append(i)
             else: nxt = x + v*(sig[i + 1] - sig[i])
             x = inject(nxt, i) if inject is not None else nxt
@@ -141,7 +142,8 @@ def logprob(policy, roll:Rollout, j:int, emb:torch.Tensor, num_steps:int, # tran
     with ctx:
         v = policy.velocity(roll.latents[:, j], ts[i], emb, neg, guidance)
     if roll.form == 'release':
-        return release_step(v, roll.latents[:, j], float(sig[i]), float(sig[i + 1]), float(sig[0]), float(sig[-1]), roll.samples[:, j])
+        return release_step(v, roll.latents[:, j], float(sig[i]), float(sig[i + 1]), float(sig[0]), float(sig[-1]),
+                            roll.samples[:, j])
     _, lp, mean, std = sde_step(v, roll.latents[:, j], float(sig[i]), float(sig[i + 1]), float(sig[1]), noise_level,
                                 next_sample=roll.samples[:, j])
     return lp, mean, std

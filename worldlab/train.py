@@ -46,6 +46,8 @@ def load_prompt_sets(spec:str, seed:int=0) -> tuple[list[str], list[str]]:
     random.Random(seed).shuffle(main); random.Random(seed).shuffle(dyn)
     return main, dyn
 
+
+# %% ../nbs/13_train.ipynb #66cf1b14
 def simple_rewards() -> dict:
     "Rewards that make learning visible without any model: red, green, blue and their negations."
     out = {}
@@ -54,6 +56,8 @@ def simple_rewards() -> dict:
         out['-' + name] = (lambda f: (lambda v, p, m: (-f(v, p, m)[0], {})))(channel_mean_reward(i))
     return out
 
+
+# %% ../nbs/13_train.ipynb #145f9d85
 def build_rewards(weights:dict, rc:RunConfig, policy=None) -> dict: # policy: for rgen='mini'
     "The registry for the weighted names: simple rewards, a reward service, or the in-process 3D reward."
     reg = simple_rewards()
@@ -78,6 +82,7 @@ def build_rewards(weights:dict, rc:RunConfig, policy=None) -> dict: # policy: fo
     if missing: raise ValueError(f"rewards {missing} are not available: known {sorted(reg | heavy)} "
                                  "(reward_general needs rgen=hpsv3 or a reward_url service)")
     return reg | heavy
+
 
 # %% ../nbs/13_train.ipynb #a52a6970
 def load_policy(rc:RunConfig):
@@ -105,6 +110,8 @@ def make_trainer(params:dict|tuple, # (TrainConfig, RunConfig), or a flat dict o
     trainer.run_config = rc
     return trainer
 
+
+# %% ../nbs/13_train.ipynb #1b3bb63e
 def train(params:dict|tuple, # (TrainConfig, RunConfig), e.g. config.resolve('tiny', overrides), or a flat dict of their fields
           run_dir:str|Path, progress:bool=True, trainer:Trainer|None=None) -> pd.DataFrame:
     "Train (resuming from `run_dir/checkpoint.pt` when present), log a row per step to `metrics.csv`; the history."
@@ -113,7 +120,8 @@ def train(params:dict|tuple, # (TrainConfig, RunConfig), e.g. config.resolve('ti
     main_p, dyn_p = trainer.prompts['main'], trainer.prompts['dynamic']
     log_path = run_dir/'metrics.csv'
     if trainer.acc.is_main_process:
-        save_json(dict(train=dataclasses.asdict(tc), run=dataclasses.asdict(rc), prompts=dict(main=len(main_p), dynamic=len(dyn_p)),
+        save_json(dict(train=dataclasses.asdict(tc), run=dataclasses.asdict(rc),
+                       prompts=dict(main=len(main_p), dynamic=len(dyn_p)),
                        processes=trainer.acc.num_processes, sharded=trainer.sharded), run_dir/'config.json')
     def log(m):
         row = pd.DataFrame([m])                                                # phases log different reward columns:
@@ -134,6 +142,8 @@ def write_sample(trainer:Trainer, prompt:str, path:Path):
                    noise_level=0.0, inject=inject).video[0]
     write_video(path, to_uint8(v.float().cpu()), fps=8)
 
+
+# %% ../nbs/13_train.ipynb #69f96adf
 def plot_training(hist:pd.DataFrame):
     "Plotly curves of the reward, its components, advantages, KL, clip fraction and zero-std ratio."
     import plotly.express as px
@@ -142,15 +152,18 @@ def plot_training(hist:pd.DataFrame):
                   facet_col_wrap=3, markers=True, hover_data=['phase'], title='GRPO training')
     return fig.update_yaxes(matches=None)
 
+
 # %% ../nbs/13_train.ipynb #6d4504cd
 class _HelpFormat(argparse.ArgumentDefaultsHelpFormatter, argparse.RawDescriptionHelpFormatter): pass
 
 def main(argv=None):
     "`worldlab-train --preset P [-p key value ...] --run-dir D`: one training run, on as many processes as launched."
-    ap = argparse.ArgumentParser(prog='worldlab-train', description='Flow-GRPO training (launch with accelerate or torchrun for many processes).',
+    ap = argparse.ArgumentParser(prog='worldlab-train',
+                                 description='Flow-GRPO training (launch with accelerate or torchrun for many processes).',
                                  epilog=fields_help(), formatter_class=_HelpFormat)
     ap.add_argument('--preset', default='tiny', help='a settings.ini preset (tiny, wan2.1-1.3b, wan2.1-14b)')
-    ap.add_argument('-p', '--param', nargs=2, action='append', default=[], metavar=('KEY', 'VALUE'), help='override a field (see below)')
+    ap.add_argument('-p', '--param', nargs=2, action='append', default=[], metavar=('KEY', 'VALUE'),
+                    help='override a field (see below)')
     ap.add_argument('--run-dir', required=True, help='the run folder (re-using it resumes)')
     ap.add_argument('--quiet', action='store_true', help='no progress bar')
     a = ap.parse_args(argv)

@@ -41,7 +41,8 @@ def action_guide(label:str) -> str:
     if not atoms: return "no camera motion at all: the content should stay still (no shift, zoom or tilt)"
     seen = ', and '.join(ON_SCREEN.get(a, f"{a} (as named)") for a in atoms)
     banned = [w for w, keys in (('zoom in or out', ('Forward', 'Backward')), ('sideways drift', ('Left', 'Right')),
-                                ('turning left or right', ('YawLeft', 'YawRight')), ('tilting up or down', ('PitchUp', 'PitchDown')))
+                                ('turning left or right', ('YawLeft', 'YawRight')),
+                                ('tilting up or down', ('PitchUp', 'PitchDown')))
               if not set(keys) & set(atoms)]
     return seen + ('; all of these at once' if len(atoms) > 1 else '') + (f"; and no {', no '.join(banned)}" if banned else '')
 
@@ -156,7 +157,8 @@ def _recover(t:str) -> ChunkVerdict|None:
     crit = {k: (m.group(1) if (m := re.search(rf'"{k}"\s*:\s*\{{[^{{}}]*?{_W}', vq, re.S)) else None) for k in VISUAL_CRITERIA}
     vo = re.search(_OW, vq)
     v = ChunkVerdict(acts + [None]*(4 - len(acts)), ov.group(1) if ov else None, crit['temporal_consistency'],
-                     crit['dynamic_generation_quality'], crit['artifacts_and_structure_integrity'], vo.group(1) if vo else None, True)
+                     crit['dynamic_generation_quality'], crit['artifacts_and_structure_integrity'],
+                     vo.group(1) if vo else None, True)
     return v if (acts or ov or any(crit.values())) else None
 
 def parse_verdict(text:str|None) -> tuple[ChunkVerdict|None, str|None]:
@@ -168,8 +170,10 @@ def parse_verdict(text:str|None) -> tuple[ChunkVerdict|None, str|None]:
     if p is not None:
         if (why := validate_payload(p)) is not None: return None, f"invalid verdict: {why}"
         ac, vq = p['action_control'], p['visual_quality']
-        return ChunkVerdict([a['winner'] for a in ac['actions']], ac['overall_winner'], vq['temporal_consistency']['winner'],
-                            vq['dynamic_generation_quality']['winner'], vq['artifacts_and_structure_integrity']['winner'],
+        return ChunkVerdict([a['winner'] for a in ac['actions']], ac['overall_winner'],
+                            vq['temporal_consistency']['winner'],
+                            vq['dynamic_generation_quality']['winner'],
+                            vq['artifacts_and_structure_integrity']['winner'],
                             vq['overall_winner']), None
     if (v := _recover(t)) is not None: return v, None
     return None, "no verdict JSON and no recoverable winners in the reply"
@@ -236,9 +240,11 @@ def judge_chunks(records:list[dict], # chunk records from `render_pairs` / `rend
         for r, rep in zip(pending, replies):
             key = (r['pair_id'], r['chunk_id']); attempts[key] += 1
             v, err = parse_verdict(rep.text) if rep.ok else (None, f"judge error: {rep.error}")
-            out = dict(pair_id=r['pair_id'], chunk_id=r['chunk_id'], ok=v is not None, error=err, attempts=attempts[key],
+            out = dict(pair_id=r['pair_id'], chunk_id=r['chunk_id'], ok=v is not None, error=err,
+                       attempts=attempts[key],
                        verdict=asdict(v) if v else None, soft_action=_soft_overall(rep, 'action_control'),
-                       soft_visual=_soft_overall(rep, 'visual_quality'), seconds=rep.seconds, judge=getattr(judge, 'name', '?'),
+                       soft_visual=_soft_overall(rep, 'visual_quality'), seconds=rep.seconds,
+                       judge=getattr(judge, 'name', '?'),
                        reply=rep.text if v is None or v.recovered else None)
             save_json(out, folder(r)/'verdict.json')
             results[key] = out
@@ -345,9 +351,11 @@ def win_rate_reward(judge, # a JudgeBackend
             fpa = frames_per_action or max(1, F//len(m0['actions']))
             o_act, o_vis = [], []
             for (i, j) in pair_schedule(len(members), seed + hash(str(gid)) % 1000):
-                d = dict(pair_id=f'{gid}-{i}-{j}', input_image=str(src), input_caption=prompts[members[0]], actions=m0['actions'],
+                d = dict(pair_id=f'{gid}-{i}-{j}', input_image=str(src), input_caption=prompts[members[0]],
+                         actions=m0['actions'],
                          frames_per_action=fpa, left=dict(video=str(paths[i])), right=dict(video=str(paths[j])))
-                res = judge_chunks(render_pair(pair_from_dict(d, gdir), gdir/'chunks'), gdir/'chunks', judge, retries=retries, logprobs=5 if soft else None)
+                res = judge_chunks(render_pair(pair_from_dict(d, gdir), gdir/'chunks'), gdir/'chunks', judge,
+                                   retries=retries, logprobs=5 if soft else None)
                 ok = [r for r in res if r['ok']]
                 verdict = vote([ChunkVerdict(**r['verdict']) for r in ok])
                 for axis, sk, acc in (('action', 'soft_action', o_act), ('appearance', 'soft_visual', o_vis)):
