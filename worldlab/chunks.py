@@ -46,6 +46,8 @@ class Pair:
     spans: dict = field(default_factory=dict)   # pair-level span keys
     extra: dict = field(default_factory=dict)   # every other field (label, trajectory_group, style, ...)
 
+
+# %% ../nbs/10_chunks.ipynb #39a68996
 def pair_from_dict(d:dict, base_dir:str|Path='.', where:str='pair') -> Pair:
     "A validated `Pair` from a WorldReward record; errors say where and which field."
     base = Path(base_dir)
@@ -68,6 +70,8 @@ def pair_from_dict(d:dict, base_dir:str|Path='.', where:str='pair') -> Pair:
     return Pair(pid, res(d['input_image']), str(d.get('input_caption') or ''), list(acts), *sides,
                 {x: d[x] for x in _SPAN_KEYS if d.get(x) is not None}, {k: v for k, v in d.items() if k not in known})
 
+
+# %% ../nbs/10_chunks.ipynb #4ce08970
 def read_pairs(path:str|Path, base_dir:str|Path|None=None, # default: the JSONL's folder
                strict:bool=True) -> tuple[list[Pair], list[str]]:
     "Pairs from a JSONL file, and the errors (`file:line: ...`) of lines that could not be read."
@@ -88,6 +92,7 @@ def read_pairs(path:str|Path, base_dir:str|Path|None=None, # default: the JSONL'
             if strict: raise
             errors.append(str(e))
     return pairs, errors
+
 
 # %% ../nbs/10_chunks.ipynb #2f5718df
 CHUNK_SIZE = 4

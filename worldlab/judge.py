@@ -128,10 +128,9 @@ class VLLMBackend(JudgeBackend):
         convs, replies = [], [None]*len(requests)
         for i, r in enumerate(requests):
             try:
-                convs.append((i,
-                              [{'role': 'user', 'content': [{'type': 'image_url', 'image_url': {'url': self._url(im)}}
-                                                                for im in r.images] + [{'type':
-                                                                    'text', 'text': r.text}]}]))
+                convs.append((i, [{'role': 'user',
+                                   'content': [{'type': 'image_url', 'image_url': {'url': self._url(im)}}
+                                               for im in r.images] + [{'type': 'text', 'text': r.text}]}]))
             except Exception as e: replies[i] = JudgeReply(None, f"cannot read the images: {type(e).__name__}: {e}")
         sp = self._sampling(temperature=temperature, max_tokens=max_tokens, logprobs=logprobs)
         t0 = time.time()

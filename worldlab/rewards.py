@@ -91,6 +91,8 @@ def _smooth_path(P:torch.Tensor, k:int=50) -> torch.Tensor: # [N,4,4]
     out[:, :3, 0], out[:, :3, 1], out[:, :3, 2], out[:, :3, 3] = r1, r2, torch.linalg.cross(r1, r2), sm[:, 2]
     return out
 
+
+# %% ../nbs/08a_rewards.ipynb #61e5e7c3
 def release_render_path(c2w:torch.Tensor) -> torch.Tensor: # [F,4,4] estimated cameras
     "The release's S_recon render path up to its splice: eased pairwise interpolation, then smoothing."
     import roma
@@ -109,6 +111,7 @@ def release_render_path(c2w:torch.Tensor) -> torch.Tensor: # [F,4,4] estimated c
             seg.append(S if i == 0 else S[1:])
         P = torch.cat(seg)
     return _smooth_path(P)
+
 
 # %% ../nbs/08a_rewards.ipynb #e7c36828
 def s_traj(rec, traj:Trajectory, form:str='release', **kw) -> tuple[float, dict]: # a Reconstruction; the commanded path

@@ -105,6 +105,8 @@ class Rollout:
     sigmas: torch.Tensor|None = None      # [N+1] the schedule the rollout used (release form: UniPC's)
     timesteps: torch.Tensor|None = None   # [N] the model timesteps it used (release form: UniPC's)
 
+
+# %% ../nbs/11a_sampler.ipynb #78b8e6cf
 def sample(policy, emb:torch.Tensor, x0:torch.Tensor, # policy; prompt embeddings [B,L,D]; initial latents [B,...]
            num_steps:int=20, guidance:float=1.0, neg:torch.Tensor|None=None, noise_level:float=0.7,
            window:tuple[int, int]|None=None, # [start, end) of SDE steps (None: all)
@@ -133,6 +135,8 @@ def sample(policy, emb:torch.Tensor, x0:torch.Tensor, # policy; prompt embedding
     if decode: roll.video = policy.decode(x)
     return roll
 
+
+# %% ../nbs/11a_sampler.ipynb #b5964439
 def logprob(policy, roll:Rollout, j:int, emb:torch.Tensor, num_steps:int, # transition j of the window
             guidance:float=1.0, neg:torch.Tensor|None=None, noise_level:float=0.7, reference:bool=False):
     "`(log_prob [B], mean, std)` of the stored sample of SDE step j under the current (or reference) weights."
@@ -151,3 +155,4 @@ def logprob(policy, roll:Rollout, j:int, emb:torch.Tensor, num_steps:int, # tran
 class _nullcontext:
     def __enter__(self): return self
     def __exit__(self, *a): return False
+
