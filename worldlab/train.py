@@ -17,7 +17,6 @@ from .config import RunConfig, TrainConfig, fields_help, resolve, split
 from .grpo import Trainer
 from .policy import WanPolicy
 from .prompts import load_world_r1, read_prompt_file
-from .sampler import sample
 from .reward_contract import channel_mean_reward
 
 # %% auto #0
@@ -134,6 +133,7 @@ def train(params:dict|tuple, # (TrainConfig, RunConfig), e.g. config.resolve('ti
 
 def write_sample(trainer:Trainer, prompt:str, path:Path):
     "One ODE sample of `prompt` from the trainer's camera noise (fixed seed, its injection and guidance), as an mp4."
+    from worldlab.sampler import sample   # looked up when called, so a test can spy on sampler.sample
     policy, tc = trainer.policy, trainer.cfg
     with torch.no_grad():
         # the same noise at every step: progress is comparable
