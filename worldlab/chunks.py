@@ -155,6 +155,8 @@ def _cell(frame:np.ndarray, w:int, h:int, color, border:int) -> Image.Image:
 def _aspect(*frames) -> float:
     return min(0.85, float(np.mean([f.shape[0]/f.shape[1] for f in frames])))
 
+
+# %% ../nbs/10_chunks.ipynb #fce08bd5
 def frame_grid_image(a_groups:list, b_groups:list, # per slot: [start, mid, end] frames of video A / B
                      labels:list[str], a_ref:np.ndarray, b_ref:np.ndarray, # slot labels; reference frames
                      cell_w:int=146) -> Image.Image:
@@ -177,6 +179,8 @@ def frame_grid_image(a_groups:list, b_groups:list, # per slot: [start, mid, end]
                fill=SLOT_COLORS[k % 4], font=_font(14), anchor='ms')
     return im
 
+
+# %% ../nbs/10_chunks.ipynb #0807880e
 def action_panel_image(a_start, a_end, b_start, b_end, # the slot's first and last frame in video A and B
                        slot:int, label:str, cell_w:int=480) -> Image.Image:
     "One action's close-up: title, rows A/B, columns start/end."
@@ -191,6 +195,7 @@ def action_panel_image(a_start, a_end, b_start, b_end, # the slot's first and la
         for c, frame in enumerate(row): im.paste(_cell(frame, cell_w, ch, color, 4), (lab_w + c*(cell_w + gap), y))
     return im
 
+
 # %% ../nbs/10_chunks.ipynb #aa580586
 IMAGE_NAMES = ('input_image.png', 'frame_grid.png', 'action1.png', 'action2.png', 'action3.png', 'action4.png')
 
@@ -202,6 +207,8 @@ CHUNK_RECORD = 'group_info.json'   # WorldReward's name for a chunk's record
 
 def _complete(d:Path) -> bool: return (d/CHUNK_RECORD).exists() and all((d/n).exists() for n in IMAGE_NAMES)
 
+
+# %% ../nbs/10_chunks.ipynb #b309ea7e
 def render_pair(pair:Pair, out:str|Path, force:bool=False) -> list[dict]:
     "Render (or reuse) every chunk of a pair; returns each chunk's record."
     out = Path(out)/pair.pair_id
@@ -250,6 +257,7 @@ def render_pair(pair:Pair, out:str|Path, force:bool=False) -> list[dict]:
     if clamped:
         warnings.warn(f"{pair.pair_id}: spans run past the end of the video for {sorted(clamped)}; clamped to its last frame")
     return records
+
 
 # %% ../nbs/10_chunks.ipynb #9f10f323
 def _render_one(args):
