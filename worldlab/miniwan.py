@@ -143,6 +143,8 @@ def lr_at(step:int, steps:int, lr:float, warmup:int=100) -> float:
     p = (step - warmup)/max(1, steps - warmup)
     return lr*(0.05 + 0.95*0.5*(1 + math.cos(math.pi*min(1.0, p))))
 
+
+# %% ../nbs/11b_miniwan.ipynb #9de5ac67
 def train_loop(model:torch.nn.Module, loss_fn, # loss_fn(step, generator) -> (loss, {name: float})
                steps:int, ckpt:str|Path|None=None, lr:float=1e-3, warmup:int=100, ema:float=0.999, clip:float=1.0,
                ckpt_every:int=100, seed:int=0, progress:bool=True, desc:str='train') -> tuple[pd.DataFrame, list]:
@@ -186,6 +188,7 @@ def load_ema(model:torch.nn.Module, shadow:list):
     with torch.no_grad():
         for p, s in zip([p for p in model.parameters() if p.requires_grad], shadow): p.copy_(s)
     return model
+
 
 # %% ../nbs/11b_miniwan.ipynb #86f4e56d
 def vae_loss(vae, x:torch.Tensor, # [B,3,F,H,W] in [-1,1]

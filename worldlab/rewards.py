@@ -194,6 +194,8 @@ def hpsv3_scorer(device:str='cuda',
     fn.label = 'HPSv3'
     return fn
 
+
+# %% ../nbs/08a_rewards.ipynb #11fd3293
 def hpsv2_scorer(device:str='cuda',
                  checkpoint:str|None=None): # a local HPS_v2.1_compressed.pt (default: the hub's)
     ("HPSv2.1, the release's R_gen model (`reward_server/general_reward.py:43`), loaded once: "
