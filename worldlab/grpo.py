@@ -331,6 +331,8 @@ def metrics(self:Trainer, phase:str, win:tuple[int, int], rewards:torch.Tensor, 
                 nan_reasons=' | '.join(dict.fromkeys(r for p in parts for r in p['reasons']))[:500],
                 **{f'reward/{k}': float(torch.cat([p['info'][k] for p in parts if k in p['info']]).nanmean()) for k in parts[0]['info']})
 
+
+# %% ../nbs/12_grpo.ipynb #4bcbf5a0
 @patch
 def train_step(self:Trainer) -> dict:
     "One GRPO step: rollout, score, advantages, update, metrics; its row of the metrics table."
@@ -354,6 +356,7 @@ def train_step(self:Trainer) -> dict:
                      dict(t_sample=t1 - t0, t_reward=t2 - t1, t_update=t3 - t2))
     self.step += 1
     return m
+
 
 # %% ../nbs/12_grpo.ipynb #7f45a960
 @patch
@@ -392,6 +395,8 @@ def load(self:Trainer, path:str|Path):
     self.step, self.pos = st['step'], dict(st['pos'])
     torch.set_rng_state(st['rng']['torch']); np.random.set_state(st['rng']['numpy']); random.setstate(st['rng']['python'])
 
+
+# %% ../nbs/12_grpo.ipynb #1c93893b
 @patch
 @contextlib.contextmanager
 def ema_weights(self:Trainer):
@@ -404,6 +409,7 @@ def ema_weights(self:Trainer):
     finally:
         with torch.no_grad():
             for p, k in zip(self.params, kept): p.copy_(k)
+
 
 # %% ../nbs/12_grpo.ipynb #1d9618c5
 @patch
