@@ -275,6 +275,8 @@ def _release_profile(pred:torch.Tensor, tgt:torch.Tensor) -> tuple[float, dict]:
     return min(max(w[0], 0.0), 1.0), dict(translation=ts, rotation=rs, t_moved=pt, t_commanded=tt, r_turned=pr,
                                           r_commanded=trr)
 
+
+# %% ../nbs/08_metrics.ipynb #88d7a8c0
 def trajectory_score_exact_release(est, cmd, # estimated c2w [F,4,4] (its reconstruction's units) and commanded poses (units of z_ref)
                          z_ref:float=1.0, seed:int=0) -> tuple[float, dict]:
     "S_traj as the World-R1 release computes it, fallbacks and float32 included (see above)."
@@ -294,6 +296,7 @@ def trajectory_score_exact_release(est, cmd, # estimated c2w [F,4,4] (its recons
         else: aligned, status = ainv(ainv(_sim3_apply(m, P.double()).numpy())), 'sim3'
     score, info = _release_profile(torch.from_numpy(rel(aligned)), torch.from_numpy(tgt_rel))
     return score, info | dict(alignment=status)
+
 
 # %% ../nbs/08_metrics.ipynb #32398ae8
 def trajectory_score(est, cmd, # estimated and commanded camera poses: c2w [F,4,4] (or Trajectory), same F
@@ -401,6 +404,8 @@ def load_lpips(trunk:str='imagenet', # 'imagenet' (the real metric) or 'random' 
             "(load_lpips(trunk='random') gives an untrained trunk for plumbing tests only.)")
     return _build_lpips(trunk, str(device))
 
+
+# %% ../nbs/08_metrics.ipynb #54181391
 def lpips_distance(a:torch.Tensor, b:torch.Tensor, # [F,3,H,W] each in [0, 1]
                    model=None, # from load_lpips; None: load_lpips() (the ImageNet trunk)
                    batch_size:int=16,
@@ -413,6 +418,7 @@ def lpips_distance(a:torch.Tensor, b:torch.Tensor, # [F,3,H,W] each in [0, 1]
         out = [model(x.float().to(dev), y.float().to(dev), normalize=True).flatten().cpu()
                for x, y in zip(a.split(batch_size), b.split(batch_size))]
     return torch.cat(out)
+
 
 # %% ../nbs/08_metrics.ipynb #8d71724a
 def recon_metrics(video:torch.Tensor, rerender:torch.Tensor, # [F,3,H,W] each in [0, 1]
