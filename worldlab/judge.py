@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from PIL import Image
+from fastcore.basics import patch
 
 from .core import RequestFailed, pick_device, pick_dtype, post_json
 
@@ -78,26 +79,32 @@ class OpenAIBackend(JudgeBackend):
         if logprobs: body |= dict(logprobs=True, top_logprobs=int(logprobs))
         return body
 
-    def _one(self, r, max_tokens, temperature, logprobs) -> JudgeReply:
-        t0 = time.time()
-        try: body = self._body(r, max_tokens, temperature, logprobs)
-        except Exception as e: return JudgeReply(None, f"cannot read the images: {type(e).__name__}: {e}")
-        try:
-            out = post_json(f"{self.base_url}/chat/completions", body, {'Authorization': f'Bearer {self.api_key}'},
-                            self.timeout, self.retries,
-                            self.backoff)      # retries connection errors, timeouts, 429 and 5xx
-            choice = out['choices'][0]
-            lp = (choice.get('logprobs') or {}).get('content') if logprobs else None
-            return JudgeReply(choice['message']['content'], None, time.time() - t0,
-                              [t['token'] for t in lp] if lp else None,
-                              [{c['token']: c['logprob'] for c in t.get('top_logprobs', [])} for t in lp] if lp else None)
-        except RequestFailed as e: return JudgeReply(None, str(e), time.time() - t0)
-        except (KeyError, IndexError, TypeError, ValueError) as e:
-            return JudgeReply(None, f"malformed response: {type(e).__name__}: {e}", time.time() - t0)
 
-    def generate(self, requests, max_tokens=2048, temperature=0.0, logprobs=None):
-        with ThreadPoolExecutor(self.max_concurrency) as pool:
-            return list(pool.map(lambda r: self._one(r, max_tokens, temperature, logprobs), requests))
+# %% ../nbs/09_judge.ipynb #c8e63d63
+@patch
+def _one(self:OpenAIBackend, r, max_tokens, temperature, logprobs) -> JudgeReply:
+    "One request: its body, the POST with retries, the reply read back (a failure is a reply)."
+    t0 = time.time()
+    try: body = self._body(r, max_tokens, temperature, logprobs)
+    except Exception as e: return JudgeReply(None, f"cannot read the images: {type(e).__name__}: {e}")
+    try:
+        out = post_json(f"{self.base_url}/chat/completions", body, {'Authorization': f'Bearer {self.api_key}'},
+                        self.timeout, self.retries,
+                        self.backoff)      # retries connection errors, timeouts, 429 and 5xx
+        choice = out['choices'][0]
+        lp = (choice.get('logprobs') or {}).get('content') if logprobs else None
+        return JudgeReply(choice['message']['content'], None, time.time() - t0,
+                          [t['token'] for t in lp] if lp else None,
+                          [{c['token']: c['logprob'] for c in t.get('top_logprobs', [])} for t in lp] if lp else None)
+    except RequestFailed as e: return JudgeReply(None, str(e), time.time() - t0)
+    except (KeyError, IndexError, TypeError, ValueError) as e:
+        return JudgeReply(None, f"malformed response: {type(e).__name__}: {e}", time.time() - t0)
+
+@patch
+def generate(self:OpenAIBackend, requests, max_tokens=2048, temperature=0.0, logprobs=None):
+    with ThreadPoolExecutor(self.max_concurrency) as pool:
+        return list(pool.map(lambda r: self._one(r, max_tokens, temperature, logprobs), requests))
+
 
 # %% ../nbs/09_judge.ipynb #29abe480
 class VLLMBackend(JudgeBackend):
