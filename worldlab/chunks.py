@@ -255,7 +255,8 @@ def render_pair(pair:Pair, out:str|Path, force:bool=False) -> list[dict]:
         save_json(rec, d/CHUNK_RECORD)
         records.append(rec)
     if clamped:
-        warnings.warn(f"{pair.pair_id}: spans run past the end of the video for {sorted(clamped)}; clamped to its last frame")
+        warnings.warn(f"{pair.pair_id}: spans run past the end of the video for {sorted(clamped)}; clamped to its last "
+                      "frame")
     return records
 
 

@@ -28,9 +28,9 @@ from .reward_contract import channel_mean_reward, compose_rewards, target_image_
 def group_advantages(rewards:torch.Tensor, # [N] rewards (NaN: could not score)
                      groups:list, # [N] group id (the prompt) of each sample
                      per_prompt_std:bool=True, clip:float=5.0, eps:float=1e-4, zero_std_tol:float=1e-8,
-                     ddof:int=1, # std correction: 1 unbiased (worldlab) | 0 population (Flow-GRPO and World-R1 releases)
-                     mean:str='group', # group | batch: the batch's mean and std (the release without per-prompt tracking)
-                     zero_std:str='mask', # mask: leave zero-std groups out | keep: zero advantage, still counted (release)
+                     ddof:int=1, # std correction: 1 unbiased (worldlab) | 0 population (Flow-GRPO, World-R1 releases)
+                     mean:str='group', # group | batch: the batch's mean and std (release without per-prompt tracking)
+                     zero_std:str='mask', # mask: leave zero-std groups out | keep: advantage 0, still counted (release)
                     ) -> dict:
     "Advantages [N], a mask of usable samples [N], and counts of what was dropped and why."
     if mean not in ('group', 'batch') or zero_std not in ('mask', 'keep'):
@@ -138,7 +138,8 @@ class Trainer:
                              f"({self.acc.num_processes}): every process samples whole prompt groups")
         if self.sharded:
             if cfg.prompts_per_batch % self.acc.num_processes:
-                raise ValueError(f"with FSDP every process must run the same groups: prompts_per_batch ({cfg.prompts_per_batch}) "
+                raise ValueError("with FSDP every process must run the same groups: prompts_per_batch "
+                                 f"({cfg.prompts_per_batch}) "
                                  f"must be a multiple of the number of processes ({self.acc.num_processes})")
             shard_transformer(policy.transformer, policy.dtype if policy.dtype != torch.float32 else None)
         self.params = [p for p in policy.transformer.parameters() if p.requires_grad]   # after sharding: the DTensors

@@ -209,8 +209,10 @@ def tiny_qwen_vl(seed:int=0, folder:str|Path|None=None):
     tk = Tokenizer(models.WordLevel(vocab, unk_token='[UNK]'))
     tk.pre_tokenizer, tk.decoder = pre_tokenizers.Whitespace(), decoders.WordPiece()
     template = ("{% for m in messages %}<|im_start|>{{ m['role'] }}\n{% if m['content'] is string %}{{ m['content'] }}"
-                "{% else %}{% for c in m['content'] %}{% if c['type'] == 'image' %}<|vision_start|><|image_pad|><|vision_end|>"
-                "{% elif c['type'] == 'text' %}{{ c['text'] }}{% endif %}{% endfor %}{% endif %}<|im_end|>\n{% endfor %}"
+                "{% else %}{% for c in m['content'] %}{% if c['type'] == 'image' "
+                "%}<|vision_start|><|image_pad|><|vision_end|>"
+                "{% elif c['type'] == 'text' %}{{ c['text'] }}{% endif %}{% endfor %}{% endif %}<|im_end|>\n{% endfor "
+                "%}"
                 "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")
     tok = PreTrainedTokenizerFast(tokenizer_object=tk, unk_token='[UNK]', eos_token='<|im_end|>',
                                   pad_token='<|endoftext|>',

@@ -277,7 +277,8 @@ def _release_profile(pred:torch.Tensor, tgt:torch.Tensor) -> tuple[float, dict]:
 
 
 # %% ../nbs/08_metrics.ipynb #88d7a8c0
-def trajectory_score_exact_release(est, cmd, # estimated c2w [F,4,4] (its reconstruction's units) and commanded poses (units of z_ref)
+def trajectory_score_exact_release(est, # estimated c2w [F,4,4] (its reconstruction's units)
+                                   cmd, # commanded poses (units of z_ref)
                          z_ref:float=1.0, seed:int=0) -> tuple[float, dict]:
     "S_traj as the World-R1 release computes it, fallbacks and float32 included (see above)."
     # numpy float32 algebra, as the release: its rounding decides pans
@@ -305,7 +306,7 @@ def trajectory_score(est, cmd, # estimated and commanded camera poses: c2w [F,4,
            ransac:bool|None=None, # None: RANSAC alignment from 6 frames on (the release)
            tau:float=0.1, # paper form: tolerance in radians of view angle (tau*z_ref and degrees(tau))
            static_scale:float=3.0, # release form: a static command scores exp(-moved/static_scale)
-           align:str='worldlab', # release form: worldlab (always aligned) | release (its fallbacks and numerics, `trajectory_score_exact_release`)
+           align:str='worldlab', # release form: worldlab (always aligned) | release (as `trajectory_score_exact_release`)
           ) -> tuple[float, dict]:
     "Trajectory-following score in [0, 1] and its parts; NaN with `info['reason']` when it cannot score."
     if form not in ('paper', 'release'): raise ValueError(f"unknown S_traj form {form!r}; use 'paper' or 'release'")
@@ -350,7 +351,8 @@ MOTION_CLASS = {'push_in': 'in', 'pull_out': 'out', 'move_left': 'left', 'move_r
                 'orbit_left': 'orbit', 'orbit_right': 'orbit', 'pan_left': 'pan', 'pan_right': 'pan'}
 
 def classify_camera(est, # estimated poses: c2w [F,4,4] (or Trajectory)
-                    H:int=64, W:int=64, form:str='release', # the video size the candidate paths are made for; S_traj form
+                    H:int=64, W:int=64, # the video size the candidate paths are made for
+                    form:str='release', # S_traj form
                    ) -> tuple[str, str, dict]:
     ("The primitive whose path the estimated cameras follow best (highest S_traj), its class, and every primitive's "
      "score.")
@@ -398,8 +400,10 @@ def load_lpips(trunk:str='imagenet', # 'imagenet' (the real metric) or 'random' 
     if trunk == 'imagenet' and not path.exists():
         raise FileNotFoundError(
             f"LPIPS needs torchvision's ImageNet AlexNet weights at {path} and this machine cannot download them. "
-            f"On a connected machine run: python -c \"import torchvision; torchvision.models.alexnet(weights='IMAGENET1K_V1')\" "
-            f"and copy {ALEXNET_CHECKPOINT} from its torch hub cache (~/.cache/torch/hub/checkpoints/) to {path.parent}/, "
+            "On a connected machine run: python -c \"import torchvision; "
+            "torchvision.models.alexnet(weights='IMAGENET1K_V1')\" "
+            f"and copy {ALEXNET_CHECKPOINT} from its torch hub cache (~/.cache/torch/hub/checkpoints/) to "
+            f"{path.parent}/, "
             "or set TORCH_HOME to a folder whose hub/checkpoints/ holds it. "
             "(load_lpips(trunk='random') gives an untrained trunk for plumbing tests only.)")
     return _build_lpips(trunk, str(device))

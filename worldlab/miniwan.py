@@ -98,15 +98,16 @@ def mini_wan_dir() -> Path:
     if os.environ.get('WORLDLAB_MINI_WAN'): return Path(os.environ['WORLDLAB_MINI_WAN'])
     root = project_root()
     if root is None:
-        raise FileNotFoundError("mini-Wan ships in a worldlab checkout's data/mini_wan: run inside the checkout or set WORLDLAB_MINI_WAN")
+        raise FileNotFoundError("mini-Wan ships in a worldlab checkout's data/mini_wan: run inside the checkout or set "
+                                "WORLDLAB_MINI_WAN")
     return root/'data'/'mini_wan'
 
 def load_mini_wan(path:str|Path|None=None, device='cpu') -> WanPolicy:
     "The trained mini-Wan as a `WanPolicy` (fp32)."
     path = Path(path) if path is not None else mini_wan_dir()
     if not (path/'model_index.json').exists():
-        raise FileNotFoundError(f"no mini-Wan at {path}: train one with `worldlab run train_mini_wan` (its run folder holds "
-                                f"mini_wan/), or pass the folder")
+        raise FileNotFoundError(f"no mini-Wan at {path}: train one with `worldlab run train_mini_wan` (its run folder "
+                                f"holds mini_wan/), or pass the folder")
     return WanPolicy.from_pretrained(path, device=device, dtype='fp32')
 
 # %% ../nbs/11b_miniwan.ipynb #f0ada3e6
@@ -256,7 +257,9 @@ def training_noise(clips:Clips, idx:list[int], shape:tuple, warp_share:float, ge
         else: out.append(torch.randn(shape, generator=generator))
     return torch.stack(out), warped
 
-def flow_matching_loss(transformer, latents:torch.Tensor, emb:torch.Tensor, noise:torch.Tensor, # [B,C,T,h,w], [B,L,D], like latents
+def flow_matching_loss(transformer, latents:torch.Tensor, # [B,C,T,h,w]
+                       emb:torch.Tensor, # [B,L,D]
+                       noise:torch.Tensor, # like latents
                        sigma:torch.Tensor) -> torch.Tensor: # [B] in (0, 1)
     "Mean squared error of the predicted velocity against `noise − latents` at `x_σ`."
     s = sigma.view(-1, 1, 1, 1, 1)
@@ -363,7 +366,9 @@ def mini_prompts(n_main:int=400, n_dynamic:int=80, n_test:int=48, n_test_dynamic
 
 # %% ../nbs/11b_miniwan.ipynb #deae3723
 def evaluate_videos(videos:torch.Tensor, prompts:list[str], # [B,F,3,H,W] in [0,1]; their captions
-                    cache=None, lpips_model=None, quality=None, # a rewards.ReconCache; from metrics.load_lpips; a reward fn (R_gen)
+                    cache=None, # a rewards.ReconCache
+                    lpips_model=None, # from metrics.load_lpips
+                    quality=None, # a reward fn (R_gen)
                    ) -> pd.DataFrame:
     "One row per video: recon_ok, PSNR, SSIM, LPIPS, s_traj, RotErr, TransErr, dynamics and r_gen."
     # lazy: the reward stack (metrics, rewards: reconstruction, LPIPS) is loaded only to evaluate a run
@@ -399,7 +404,8 @@ def load_rl_adapter(policy, folder:str|Path|None=None) -> WanPolicy:
     from safetensors.torch import load_file
     folder = Path(folder) if folder is not None else mini_wan_dir().parent/'mini_wan_rl'
     if not (folder/'adapter.json').exists():
-        raise FileNotFoundError(f"no LoRA adapter at {folder}: train one with `worldlab run mini_world_r1 --preset mini -p install_adapter true`")
+        raise FileNotFoundError(f"no LoRA adapter at {folder}: train one with `worldlab run mini_world_r1 --preset "
+                                "mini -p install_adapter true`")
     cfg = json.loads((folder/'adapter.json').read_text())
     policy.add_lora(cfg['rank'], cfg['alpha'], tuple(cfg['targets']))
     policy.load_lora_state(load_file(folder/'adapter.safetensors'))

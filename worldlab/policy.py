@@ -58,7 +58,7 @@ class WanPolicy:
     @classmethod
     def from_pretrained(cls, path:str|Path, # a Diffusers-format Wan2.1 T2V checkpoint (hub id or local folder)
                         device='auto', dtype='auto',
-                        max_sequence_length:int|None=None, # caption tokens (default: the tokenizer's limit, at most Wan's 512)
+                        max_sequence_length:int|None=None, # caption tokens (default: the tokenizer's, at most Wan's 512)
                        ) -> WanPolicy:
         "Load Wan2.1-T2V (1.3B or 14B, Diffusers format) or a saved tiny twin."
         from diffusers import WanPipeline

@@ -54,8 +54,8 @@ class Reconstruction:
     def __len__(self): return len(self.c2w)
     def __repr__(self):
         state = f"PSNR {self.psnr:.2f} dB" if self.ok else f"failed: {self.reason}"
-        return (f"Reconstruction({self.backend}, {len(self)} frames {self.H}x{self.W}, {len(self.gaussians)} Gaussians, "
-                f"{state}, {self.seconds:.1f}s)")
+        return (f"Reconstruction({self.backend}, {len(self)} frames {self.H}x{self.W}, {len(self.gaussians)} "
+                f"Gaussians, {state}, {self.seconds:.1f}s)")
 
 
 # %% ../nbs/07_recon.ipynb #0766b2da
@@ -182,7 +182,7 @@ class FitConfig:
     min_baseline: float = 0.0     # cameras moving less than this (units of z_ref): ok=False, 'degenerate motion'
     background: tuple = (0.5, 0.5, 0.5)   # RGB behind the Gaussians (the procedural clips' grey)
     seed: int = 0
-    track: bool = True            # `reconstruct` also tracks every camera freely from the video (`tracked_c2w`, for S_traj)
+    track: bool = True            # `reconstruct` also tracks the cameras freely from the video (`tracked_c2w`, S_traj)
     track_levels: tuple = (4, 2, 1)   # tracking pyramid, coarse to fine: pixels averaged per side
     track_iters: tuple = (10, 8, 6)   # Levenberg-Marquardt steps per frame at each level
     track_huber: float = 0.1      # Huber threshold of the colour residuals
@@ -280,7 +280,7 @@ def _optimise(video, K, c2w0, origin, dirs, p, quat, z_ref, bounds, cfg, prior=N
 
 # %% ../nbs/07_recon.ipynb #7337e1db
 def fit_gaussians(frames, # uint8 [F,H,W,3] or float [F,3,H,W]
-                  traj:Trajectory|None=None, # the commanded cameras (start of the pose refinement); None: identity poses
+                  traj:Trajectory|None=None, # the commanded cameras (where pose refinement starts); None: identity
                   cfg:FitConfig|None=None, **overrides) -> Reconstruction:
     "Reconstruct a clip by fitting Gaussians and bounded pose corrections to its frames with `splat.render`."
     t0, cfg = time.time(), replace(cfg or FitConfig(), **overrides)
@@ -372,7 +372,8 @@ def align_camera(points:torch.Tensor, colors:torch.Tensor, # [N,3] each: key-fra
     return c2w, _robust_cost(r, valid, huber)
 
 # %% ../nbs/07_recon.ipynb #8632b1c2
-def keyframe_points(rec:Reconstruction, frame:torch.Tensor, c2w:torch.Tensor, # a fitted reconstruction; a key frame [3,H,W] and its camera
+def keyframe_points(rec:Reconstruction, # a fitted reconstruction
+                    frame:torch.Tensor, c2w:torch.Tensor, # a key frame [3,H,W] and its camera
                     out, # the fitted scene's render from `c2w`
                     s:int=1, # pyramid level: pixels averaged per side
                     min_alpha:float=0.8, # keep pixels where the fitted Gaussians are at least this opaque
@@ -428,8 +429,9 @@ DA3_INSTALL = "pip install 'worldlab[da3]' in its own virtual environment (depth
 def check_da3_model(model:str):
     "Raise unless `model` (hub name or local folder) is a DA3 checkpoint that predicts Gaussians."
     if 'giant' not in str(model).rstrip('/').split('/')[-1].lower():
-        raise ValueError(f"{model!r} predicts no Gaussians: Depth Anything 3 has a Gaussian head only in the giant and nested-giant "
-                         f"models ({', '.join(DA3_GS_MODELS)}); large, base, small, metric and mono give depth and cameras only")
+        raise ValueError(f"{model!r} predicts no Gaussians: Depth Anything 3 has a Gaussian head only in the giant and "
+                         f"nested-giant models ({', '.join(DA3_GS_MODELS)}); large, base, small, metric and mono give "
+                         "depth and cameras only")
 
 # %% ../nbs/07_recon.ipynb #d5b8cf8c
 def w2c_to_c2w(extrinsics) -> torch.Tensor: # [N,3,4] or [N,4,4] world-to-camera (numpy or torch)
@@ -475,11 +477,12 @@ def load_da3(model:str=DA3_DEFAULT, # hub name or a local folder with the downlo
     check_da3_model(model)
     try: from depth_anything_3.api import DepthAnything3
     except ImportError as e:
-        raise ImportError(f"backend='da3' needs the depth-anything-3 package: {DA3_INSTALL}; then download the checkpoint "
-                          f"{model!r} (e.g. `huggingface-cli download {DA3_DEFAULT}`) and pass its name or local folder. "
-                          "On a machine without them use backend='fit'.") from e
+        raise ImportError(f"backend='da3' needs the depth-anything-3 package: {DA3_INSTALL}; then download the "
+                          f"checkpoint {model!r} (e.g. `huggingface-cli download {DA3_DEFAULT}`) and pass its name or "
+                          "local folder. On a machine without them use backend='fit'.") from e
     if str(device).startswith('cuda') and not torch.cuda.is_available():
-        raise RuntimeError("backend='da3' runs on a CUDA GPU (its Gaussians are rendered with gsplat); use backend='fit' on CPU")
+        raise RuntimeError("backend='da3' runs on a CUDA GPU (its Gaussians are rendered with gsplat); use "
+                           "backend='fit' on CPU")
     return DepthAnything3.from_pretrained(model).to(device=torch.device(device)).eval()
 
 def reconstruct_da3(frames, # uint8 [F,H,W,3] or float [F,3,H,W]

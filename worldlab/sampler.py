@@ -23,7 +23,9 @@ def sde_std(sigma:torch.Tensor, sigma_second:torch.Tensor|float, noise_level:flo
     return (s/(1 - denom)).sqrt()*noise_level
 
 def sde_step(v:torch.Tensor, x:torch.Tensor, # velocity and latents [B,...]
-             sigma:float, sigma_next:float, sigma_second:float, # this σ, the next, the schedule's second (for the guard)
+             sigma:float, # this σ
+             sigma_next:float, # the next
+             sigma_second:float, # the schedule's second (for the guard)
              noise_level:float=0.7,
              next_sample:torch.Tensor|None=None, # score this sample instead of drawing one
              generator:torch.Generator|None=None, near_one:float=1e-3):
@@ -112,7 +114,7 @@ def sample(policy, emb:torch.Tensor, x0:torch.Tensor, # policy; prompt embedding
            window:tuple[int, int]|None=None, # [start, end) of SDE steps (None: all)
            inject=None, # inject(latents, step) -> latents, after each step
            generator:torch.Generator|None=None, decode:bool=True,
-           form:str='flow_grpo', # flow_grpo: SDE steps in the window | release: World-R1's UniPC rollout (see `release_sample`)
+           form:str='flow_grpo', # flow_grpo: SDE steps in the window | release: World-R1's UniPC rollout (`release_sample`)
           ) -> Rollout:
     "Sample latents (ODE outside the SDE window) and keep the SDE transitions."
     if form == 'release': return release_sample(policy, emb, x0, num_steps, guidance, neg, window, inject, decode)

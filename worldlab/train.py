@@ -111,7 +111,7 @@ def make_trainer(params:dict|tuple, # (TrainConfig, RunConfig), or a flat dict o
 
 
 # %% ../nbs/13_train.ipynb #1b3bb63e
-def train(params:dict|tuple, # (TrainConfig, RunConfig), e.g. config.resolve('tiny', overrides), or a flat dict of their fields
+def train(params:dict|tuple, # (TrainConfig, RunConfig), e.g. resolve('tiny', overrides), or a flat dict of their fields
           run_dir:str|Path, progress:bool=True, trainer:Trainer|None=None) -> pd.DataFrame:
     "Train (resuming from `run_dir/checkpoint.pt` when present), log a row per step to `metrics.csv`; the history."
     trainer = trainer or make_trainer(params, run_dir)
@@ -159,7 +159,8 @@ class _HelpFormat(argparse.ArgumentDefaultsHelpFormatter, argparse.RawDescriptio
 def main(argv=None):
     "`worldlab-train --preset P [-p key value ...] --run-dir D`: one training run, on as many processes as launched."
     ap = argparse.ArgumentParser(prog='worldlab-train',
-                                 description='Flow-GRPO training (launch with accelerate or torchrun for many processes).',
+                                 description='Flow-GRPO training (launch with accelerate or torchrun for many '
+                                             'processes).',
                                  epilog=fields_help(), formatter_class=_HelpFormat)
     ap.add_argument('--preset', default='tiny', help='a settings.ini preset (tiny, wan2.1-1.3b, wan2.1-14b)')
     ap.add_argument('-p', '--param', nargs=2, action='append', default=[], metavar=('KEY', 'VALUE'),
