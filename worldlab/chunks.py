@@ -118,6 +118,8 @@ def side_spans(pair:Pair, side:Side) -> list[tuple[int, int]]:
     ends = np.cumsum(seg).tolist()
     return [(e - n, e) for e, n in zip(ends, seg)]
 
+
+# %% ../nbs/10_chunks.ipynb #5ed73e12
 def action_frames(frames:np.ndarray, spans:list, i:int) -> tuple[np.ndarray, np.ndarray, np.ndarray, bool]:
     "Start, middle and end frame of action `i`, clamped to the video (and whether it had to be)."
     if i >= len(spans): return frames[-1], frames[-1], frames[-1], True
@@ -136,6 +138,7 @@ def chunk_slots(actions:list[str]) -> list[list[tuple[int, str]]]:
 def slot_label(token:str) -> str:
     "The label a slot shows: WorldReward's rendering of its action, IDLE for the reference and padding slots."
     return IDLE_LABEL if token.upper() in ('IDLE', 'PAD') else parse_action(token).label
+
 
 # %% ../nbs/10_chunks.ipynb #1eebe18a
 SLOT_COLORS = [(210, 60, 60), (60, 170, 60), (60, 100, 210), (200, 140, 0)]
