@@ -269,7 +269,8 @@ def _render_one(args):
     try: return pair.pair_id, render_pair(pair, out, force), None
     except Exception as e: return pair.pair_id, None, f"{type(e).__name__}: {e}"
 
-def render_pairs(pairs:list[Pair], out:str|Path, workers:int=2, force:bool=False, progress:bool=True) -> tuple[dict, dict]:
+def render_pairs(pairs:list[Pair], out:str|Path, workers:int=2, force:bool=False,
+                 progress:bool=True) -> tuple[dict, dict]:
     "Render many pairs: `({pair_id: chunk records}, {pair_id: error})`."
     from tqdm.auto import tqdm
     jobs = [(p, Path(out), force) for p in pairs]

@@ -348,7 +348,8 @@ def denoising_quality(policy, sigmas=(0.3, 0.5, 0.7), # noise levels to test the
     return fn
 
 # %% ../nbs/11b_miniwan.ipynb #b688f6e8
-def mini_prompts(n_main:int=400, n_dynamic:int=80, n_test:int=48, n_test_dynamic:int=16, seed:int=1) -> dict[str, list[str]]:
+def mini_prompts(n_main:int=400, n_dynamic:int=80, n_test:int=48, n_test_dynamic:int=16,
+                 seed:int=1) -> dict[str, list[str]]:
     ("Captions `{main, dynamic, test, test_dynamic}`: training subjects for the first two, held-out subjects for the "
      "tests.")
     def take(n_static, n_dyn, split):

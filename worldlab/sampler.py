@@ -15,7 +15,8 @@ __all__ = ['sde_std', 'sde_step', 'release_std', 'release_step', 'unipc_schedule
            'logprob']
 
 # %% ../nbs/11a_sampler.ipynb #d9c52038
-def sde_std(sigma:torch.Tensor, sigma_second:torch.Tensor|float, noise_level:float, near_one:float=1e-3) -> torch.Tensor:
+def sde_std(sigma:torch.Tensor, sigma_second:torch.Tensor|float, noise_level:float,
+            near_one:float=1e-3) -> torch.Tensor:
     ("Flow-GRPO's `sqrt(σ/(1−σ))·noise_level`, with σ within `near_one` of 1 replaced by the schedule's second σ in `1 "
      "− σ`.")
     s = torch.as_tensor(sigma, dtype=torch.float64)
@@ -72,7 +73,8 @@ def unipc_scheduler(policy, num_steps:int):
     return u
 
 def release_sample(policy, emb:torch.Tensor, x0:torch.Tensor, num_steps:int=20, guidance:float=1.0,
-                   neg:torch.Tensor|None=None, window:tuple[int, int]|None=None, inject=None, decode:bool=True) -> Rollout:
+                   neg:torch.Tensor|None=None, window:tuple[int, int]|None=None, inject=None,
+                   decode:bool=True) -> Rollout:
     "The release's rollout: UniPC steps, each result (after injection) kept and scored by `release_step`."
     u = unipc_scheduler(policy, num_steps)
     sig, ts = u.sigmas.float(), u.timesteps
