@@ -46,6 +46,8 @@ class Pair:
     spans: dict = field(default_factory=dict)   # pair-level span keys
     extra: dict = field(default_factory=dict)   # every other field (label, trajectory_group, style, ...)
 
+
+# %% ../nbs/10_chunks.ipynb #39a68996
 def pair_from_dict(d:dict, base_dir:str|Path='.', where:str='pair') -> Pair:
     "A validated `Pair` from a WorldReward record; errors say where and which field."
     base = Path(base_dir)
@@ -68,6 +70,8 @@ def pair_from_dict(d:dict, base_dir:str|Path='.', where:str='pair') -> Pair:
     return Pair(pid, res(d['input_image']), str(d.get('input_caption') or ''), list(acts), *sides,
                 {x: d[x] for x in _SPAN_KEYS if d.get(x) is not None}, {k: v for k, v in d.items() if k not in known})
 
+
+# %% ../nbs/10_chunks.ipynb #4ce08970
 def read_pairs(path:str|Path, base_dir:str|Path|None=None, # default: the JSONL's folder
                strict:bool=True) -> tuple[list[Pair], list[str]]:
     "Pairs from a JSONL file, and the errors (`file:line: ...`) of lines that could not be read."
@@ -79,7 +83,8 @@ def read_pairs(path:str|Path, base_dir:str|Path|None=None, # default: the JSONL'
         where = f"{path.name}:{i}"
         try:
             try: d = json.loads(line)
-            except json.JSONDecodeError as e: raise ValueError(f"{where}: not valid JSON ({e.msg} at column {e.colno})") from None
+            except json.JSONDecodeError as e:
+                raise ValueError(f"{where}: not valid JSON ({e.msg} at column {e.colno})") from None
             p = pair_from_dict(d, base, where)
             if p.pair_id in seen: raise ValueError(f"{where}: field 'pair_id' {p.pair_id!r} appears twice")
             seen.add(p.pair_id); pairs.append(p)
@@ -87,6 +92,7 @@ def read_pairs(path:str|Path, base_dir:str|Path|None=None, # default: the JSONL'
             if strict: raise
             errors.append(str(e))
     return pairs, errors
+
 
 # %% ../nbs/10_chunks.ipynb #2f5718df
 CHUNK_SIZE = 4
@@ -112,6 +118,8 @@ def side_spans(pair:Pair, side:Side) -> list[tuple[int, int]]:
     ends = np.cumsum(seg).tolist()
     return [(e - n, e) for e, n in zip(ends, seg)]
 
+
+# %% ../nbs/10_chunks.ipynb #5ed73e12
 def action_frames(frames:np.ndarray, spans:list, i:int) -> tuple[np.ndarray, np.ndarray, np.ndarray, bool]:
     "Start, middle and end frame of action `i`, clamped to the video (and whether it had to be)."
     if i >= len(spans): return frames[-1], frames[-1], frames[-1], True
@@ -131,6 +139,7 @@ def slot_label(token:str) -> str:
     "The label a slot shows: WorldReward's rendering of its action, IDLE for the reference and padding slots."
     return IDLE_LABEL if token.upper() in ('IDLE', 'PAD') else parse_action(token).label
 
+
 # %% ../nbs/10_chunks.ipynb #1eebe18a
 SLOT_COLORS = [(210, 60, 60), (60, 170, 60), (60, 100, 210), (200, 140, 0)]
 ROW_LABELS, ROW_COLORS = ('Video A', 'Video B'), ((26, 79, 160), (192, 40, 26))
@@ -149,6 +158,8 @@ def _cell(frame:np.ndarray, w:int, h:int, color, border:int) -> Image.Image:
 def _aspect(*frames) -> float:
     return min(0.85, float(np.mean([f.shape[0]/f.shape[1] for f in frames])))
 
+
+# %% ../nbs/10_chunks.ipynb #fce08bd5
 def frame_grid_image(a_groups:list, b_groups:list, # per slot: [start, mid, end] frames of video A / B
                      labels:list[str], a_ref:np.ndarray, b_ref:np.ndarray, # slot labels; reference frames
                      cell_w:int=146) -> Image.Image:
@@ -171,6 +182,8 @@ def frame_grid_image(a_groups:list, b_groups:list, # per slot: [start, mid, end]
                fill=SLOT_COLORS[k % 4], font=_font(14), anchor='ms')
     return im
 
+
+# %% ../nbs/10_chunks.ipynb #0807880e
 def action_panel_image(a_start, a_end, b_start, b_end, # the slot's first and last frame in video A and B
                        slot:int, label:str, cell_w:int=480) -> Image.Image:
     "One action's close-up: title, rows A/B, columns start/end."
@@ -185,6 +198,7 @@ def action_panel_image(a_start, a_end, b_start, b_end, # the slot's first and la
         for c, frame in enumerate(row): im.paste(_cell(frame, cell_w, ch, color, 4), (lab_w + c*(cell_w + gap), y))
     return im
 
+
 # %% ../nbs/10_chunks.ipynb #aa580586
 IMAGE_NAMES = ('input_image.png', 'frame_grid.png', 'action1.png', 'action2.png', 'action3.png', 'action4.png')
 
@@ -196,6 +210,8 @@ CHUNK_RECORD = 'group_info.json'   # WorldReward's name for a chunk's record
 
 def _complete(d:Path) -> bool: return (d/CHUNK_RECORD).exists() and all((d/n).exists() for n in IMAGE_NAMES)
 
+
+# %% ../nbs/10_chunks.ipynb #b309ea7e
 def render_pair(pair:Pair, out:str|Path, force:bool=False) -> list[dict]:
     "Render (or reuse) every chunk of a pair; returns each chunk's record."
     out = Path(out)/pair.pair_id
@@ -204,7 +220,8 @@ def render_pair(pair:Pair, out:str|Path, force:bool=False) -> list[dict]:
         return [json.loads((out/f'chunk_{k:02d}'/CHUNK_RECORD).read_text()) for k in range(len(slots))]
     for side in (pair.left, pair.right):
         if not side.video.exists(): raise FileNotFoundError(f"{pair.pair_id}: video {side.video} does not exist")
-    if not pair.input_image.exists(): raise FileNotFoundError(f"{pair.pair_id}: input image {pair.input_image} does not exist")
+    if not pair.input_image.exists():
+        raise FileNotFoundError(f"{pair.pair_id}: input image {pair.input_image} does not exist")
     A, B = read_video(pair.left.video)[0], read_video(pair.right.video)[0]
     sa, sb = side_spans(pair, pair.left), side_spans(pair, pair.right)
     src = load_image(pair.input_image, MAX_SIDE)
@@ -226,7 +243,8 @@ def render_pair(pair:Pair, out:str|Path, force:bool=False) -> list[dict]:
                 if ca: clamped.add(('left', i))
                 if cb: clamped.add(('right', i))
             ga.append(fa); gb.append(fb)
-            _save_png(shrink_to_fit(action_panel_image(fa[0], fa[2], fb[0], fb[2], s, labels[-1], panel_w), MAX_SIDE), d/f'action{s + 1}.png')
+            _save_png(shrink_to_fit(action_panel_image(fa[0], fa[2], fb[0], fb[2], s, labels[-1], panel_w), MAX_SIDE),
+                      d/f'action{s + 1}.png')
         prev = [i for i, _ in slots[k - 1] if i >= 0] if k else []
         ref = lambda F, S: action_frames(F, S, prev[-1])[2] if prev else F[0]
         _save_png(shrink_to_fit(frame_grid_image(ga, gb, labels, ref(A, sa), ref(B, sb)), MAX_SIDE), d/'frame_grid.png')
@@ -240,8 +258,10 @@ def render_pair(pair:Pair, out:str|Path, force:bool=False) -> list[dict]:
         save_json(rec, d/CHUNK_RECORD)
         records.append(rec)
     if clamped:
-        warnings.warn(f"{pair.pair_id}: spans run past the end of the video for {sorted(clamped)}; clamped to its last frame")
+        warnings.warn(f"{pair.pair_id}: spans run past the end of the video for {sorted(clamped)}; clamped to its last "
+                      "frame")
     return records
+
 
 # %% ../nbs/10_chunks.ipynb #9f10f323
 def _render_one(args):
@@ -249,7 +269,8 @@ def _render_one(args):
     try: return pair.pair_id, render_pair(pair, out, force), None
     except Exception as e: return pair.pair_id, None, f"{type(e).__name__}: {e}"
 
-def render_pairs(pairs:list[Pair], out:str|Path, workers:int=2, force:bool=False, progress:bool=True) -> tuple[dict, dict]:
+def render_pairs(pairs:list[Pair], out:str|Path, workers:int=2, force:bool=False,
+                 progress:bool=True) -> tuple[dict, dict]:
     "Render many pairs: `({pair_id: chunk records}, {pair_id: error})`."
     from tqdm.auto import tqdm
     jobs = [(p, Path(out), force) for p in pairs]

@@ -10,71 +10,136 @@ import pandas as pd
 # %% auto #0
 __all__ = ['DIVERGENCES', 'divergence_table']
 
-# %% ../nbs/14_fidelity.ipynb #62d6e553
+# %% ../nbs/14_fidelity.ipynb #17275550
 def _row(item, paper, release, where, worldlab, switch, decision, test):
-    return dict(item=item, paper=paper, release=release, where=where, worldlab=worldlab, switch=switch, decision=decision, test=test)
+    return dict(item=item, paper=paper, release=release, where=where, worldlab=worldlab, switch=switch,
+                decision=decision, test=test)
 
+
+# %% ../nbs/14_fidelity.ipynb #d2bce725
 DIVERGENCES = [
     _row('Wan SDE step', 'Flow-GRPO: an SDE whose transitions have a Gaussian likelihood',
-         'UniPC steps, each scored about the Euler mean with std σ_min + (σ_max − σ_min)σ, times √−dt; noise_level unused',
+         'UniPC steps, each scored about the Euler mean with std σ_min + (σ_max − σ_min)σ, times √−dt; '
+         'noise_level unused',
          'flow_grpo/diffusers_patch/wan_pipeline_with_logprob.py:194-207, 568-582; scripts/train_world_r1.py:1249',
          "Flow-GRPO's SDE (std √(σ/(1−σ))·noise_level)", "sde_form='release'",
-         'kept: the ratio and KL assume samples drawn from the Gaussian being scored; UniPC results are not', 'test_release_rollout_is_unipc_and_rescored_by_the_release_formula'),
+         'kept: the ratio and KL assume samples drawn from the Gaussian being scored; UniPC results are not',
+         'test_release_rollout_is_unipc_and_rescored_by_the_release_formula'),
     _row('Group std', 'std of the group', 'population std (numpy ddof=0)', 'flow_grpo/stat_tracking.py:25-29',
-         'unbiased std (ddof=1)', 'adv_ddof=0', 'kept: unbiased for small groups; only the scale differs', 'test_advantages_match_the_release'),
-    _row('Statistics without per-prompt tracking', '—', "the batch's mean and std", 'scripts/train_world_r1.py:1468-1471',
-         "each group's mean, the batch's std", "adv_mean='batch'", "kept: a group's baseline is its own prompt's", 'test_advantages_match_the_release'),
-    _row('Zero-std groups', '—', 'advantage 0, still averaged into the loss, KL kept (the mask is computed but not applied)',
-         'scripts/train_world_r1.py:1486-1521, 1613-1624', 'left out of the loss and the KL, counted', "zero_std='keep'",
-         'kept: a group with no signal should not pull the policy back alone', 'test_loss_with_kept_zero_std_groups_matches_the_release'),
+         'unbiased std (ddof=1)', 'adv_ddof=0', 'kept: unbiased for small groups; only the scale differs',
+         'test_advantages_match_the_release'),
+    _row('Statistics without per-prompt tracking', '—', "the batch's mean and std",
+         'scripts/train_world_r1.py:1468-1471', "each group's mean, the batch's std", "adv_mean='batch'",
+         "kept: a group's baseline is its own prompt's", 'test_advantages_match_the_release'),
+    _row('Zero-std groups', '—',
+         'advantage 0, still averaged into the loss, KL kept (the mask is computed but not applied)',
+         'scripts/train_world_r1.py:1486-1521, 1613-1624', 'left out of the loss and the KL, counted',
+         "zero_std='keep'", 'kept: a group with no signal should not pull the policy back alone',
+         'test_loss_with_kept_zero_std_groups_matches_the_release'),
     _row('Trained timesteps', 'a fraction of the steps', 'int(num_steps × timestep_fraction), the first ones',
-         'scripts/train_world_r1.py:783, 791', 'round(fraction × window)', "timestep_rounding='floor'", 'kept: the nearest count', 'test_release_preset_runs_on_the_tiny_twin'),
-    _row('R_gen model and frame', 'HPSv3, mean over the first K frames', 'HPSv2.1 on one random frame shared by the batch, after JPEG',
-         'reward_server/general_reward.py:43; flow_grpo/rewards.py:174-191', 'HPSv3 over the first 4 frames',
-         "rgen='hpsv2', reward_form='release' (r_gen_reward(frames='random', jpeg=True))", "kept: the paper's model; several frames vary less", 'test_rgen_release_frame_matches_the_release, test_hpsv2_loader'),
-    _row('R_gen failures', '—', 'any exception scores 0.5', 'reward_server/general_reward.py:47-56, 103-104',
-         'NaN, the sample is dropped and counted', '—', 'kept: a failure is never a score', '—'),
-    _row('S_recon render path', "re-render the video's cameras", "eased pairwise interpolation, smoothed, rendered frame k against input frame k",
-         'reward_server/reward_3d_backend.py:113-164; depth_anything_3/model/utils/gs_renderer.py:211-283; reward_server/reward_3d.py:409-434',
-         'each estimated camera against its own frame', "reward_form='release' (s_recon(path='release'))", 'kept: compares views of the same time', 'test_s_recon_release_path_matches_the_release'),
-    _row('S_traj alignment', 'exp of aligned translation and rotation errors', "evo's Umeyama; when it raises (collinear centres) no alignment, so no scale",
-         'reward_server/reward_3d_backend.py:566-576; depth_anything_3/utils/pose_align.py:84-89',
-         'always aligned (collinear: roll from the orientations)', "reward_form='release' (trajectory_score(align='release'))", 'kept: push, pull and move commands are scored at all', 'test_s_traj_release_alignment_matches_the_release'),
-    _row('S_traj numerics', '—', 'float32, commanded poses offset to (3390, 1380, 240) and written with 6 digits: a pan gains spurious travel',
-         'flow_grpo/diffusers_patch/camera_trajectory_utils.py:66-76, 416, 442-468; reward_server/reward_3d_backend.py:334-337, 551-563',
-         'float64, exact geodesics', "trajectory_score(align='release')", 'kept: a pan is a pan', 'test_s_traj_release_alignment_matches_the_release'),
-    _row('S_traj without a camera phrase', '—', 'no trajectory: S_traj = 0', 'reward_server/reward_3d_backend.py:543-549; camera_trajectory_utils.py:485-486',
-         'a fixed camera, scored as static', "trajectory_score(align='release')", 'kept: a prompt without a move asks for a still camera', '—'),
-    _row('S_meta scale', 'integer × 0.1', 'expectation over the ten digit tokens / 9', 'reward_server/reward_3d.py:224-234',
-         'digit / 9 (changed from × 0.1, whose best was 0.9)', "reward_form='release' (scoring 'expectation'); 'paper'", 'changed: the rubric best is 1', 'test_meta_expectation_matches_the_release'),
-    _row('S_meta view', 'an offset view backward from the origin', 'the estimated camera farthest from the world origin', 'reward_server/reward_3d_backend.py:199-205',
-         "the paper's offset view", "reward_form='release' (meta_view 'release')", 'kept: a view no input camera had', '—'),
-    _row('S_meta prompt', 'the rubric', "rubric with the text prompt, Qwen3-VL-4B, digit logits 15-24", 'reward_server/reward_3d.py:55-108, 224-226',
-         'META_RUBRIC without the prompt, any OpenAI-compatible judge', '—', 'noted: judge wording, not math', '—'),
-    _row('3D reward failures', '—', 'scores 0.0', 'reward_server/reward_3d.py:551-563, 271-275', 'NaN with a reason', '—', 'kept', '—'),
-    _row('Chain timing', 'frames split evenly between segments', 'ceil(F/n) frames a segment, boundary pose repeated, resampled to F',
-         'flow_grpo/diffusers_patch/camera_trajectory_utils.py:487-492, 1390-1399', 'the F−1 steps split evenly', "chain_timing='release'",
-         'kept: no standstill at a boundary', 'test_release_chains_match_the_release'),
-    _row('Orbit centre', 'orbit the subject', 'centre 600 behind the camera: the camera drifts back', 'camera_trajectory_utils.py:185-195',
-         'centre 0.6 z_ref ahead', "orbit_centre='release'", 'kept: a true orbit about the subject', 'test_release_chains_match_the_release'),
-    _row('Injected latents in the log-prob', '—', 'the stored sample is the latent after the stepwise delta', 'wan_pipeline_with_logprob.py:589-601',
-         'the SDE draw before injection', "sde_form='release'", 'kept with the SDE', 'test_release_rollout_is_unipc_and_rescored_by_the_release_formula'),
-    _row('Group size and prompts', 'G = 8', '2 videos a prompt; dataset/enhanced', 'config/world_r1.py:12, 25', 'G = 8; final prompts', 'the wan2.1-1.3b-release preset', "kept: the paper's G", '—'),
-    _row('Warper', 'noise warping', "Go-with-the-Flow's pixel-rounded warp at 16x", 'config/world_r1.py:39; camera_trajectory_utils.py:1318-1420',
-         'integral transport', "warp_method='discrete'", 'kept: sub-pixel motion survives', '—'),
-    _row('First two epochs', '—', 'sampled but not trained (a group-size workaround)', 'scripts/train_world_r1.py:1175-1177, 1312-1313',
-         'every step trains', '—', 'not reproduced: a workaround', '—'),
-    _row('WorldReward: no votes', '—', "majority([]) is a tie", 'worldreward/aggregate.py: majority', 'was None; now a tie', '—', 'fixed (bug)', 'test_majority_of_no_votes_is_a_tie'),
-    _row('WorldReward: unlabelled pairs', '—', 'a null or absent label leaves the pair out of that axis', 'worldreward-bench/score.py: evaluate',
-         'counted null labels; KeyError on an absent axis; now left out', '—', 'fixed (bug)', 'test_score_bench_skips_null_and_absent_labels'),
-    _row('WorldReward: chunk records', '—', 'group_info.json, raw action_labels, normalised action_texts', 'worldreward/render.py: render_pair',
-         'was chunk.json with the names swapped; now the same', '—', 'fixed (bug)', 'test_chunk_records_use_worldreward_names'),
-    _row('Training samples', '—', '—', '—', 'write_sample used plain noise; now the trainer\'s camera noise', '—', 'fixed (bug)', 'test_progress_sample_uses_the_camera_noise'),
-    _row('Training log', '—', '—', '—', "metrics.csv wrote a phase's reward columns under another phase's header; now one header", '—', 'fixed (bug)', 'test_training_log_keeps_columns_across_phases'),
+         'scripts/train_world_r1.py:783, 791', 'round(fraction × window)', "timestep_rounding='floor'",
+         'kept: the nearest count', 'test_release_preset_runs_on_the_tiny_twin'),
 ]
 
+
+# %% ../nbs/14_fidelity.ipynb #070efe1d
+DIVERGENCES += [
+    _row('R_gen model and frame', 'HPSv3, mean over the first K frames',
+         'HPSv2.1 on one random frame shared by the batch, after JPEG',
+         'reward_server/general_reward.py:43; flow_grpo/rewards.py:174-191', 'HPSv3 over the first 4 frames',
+         "rgen='hpsv2', reward_form='release' (r_gen_reward(frames='random', jpeg=True))",
+         "kept: the paper's model; several frames vary less",
+         'test_rgen_release_frame_matches_the_release, test_hpsv2_loader'),
+    _row('R_gen failures', '—', 'any exception scores 0.5', 'reward_server/general_reward.py:47-56, 103-104',
+         'NaN, the sample is dropped and counted', '—', 'kept: a failure is never a score', '—'),
+    _row('S_recon render path', "re-render the video's cameras",
+         'eased pairwise interpolation, smoothed, rendered frame k against input frame k',
+         'reward_server/reward_3d_backend.py:113-164; depth_anything_3/model/utils/gs_renderer.py:211-283; '
+         'reward_server/reward_3d.py:409-434', 'each estimated camera against its own frame',
+         "reward_form='release' (s_recon(path='release'))", 'kept: compares views of the same time',
+         'test_s_recon_release_path_matches_the_release'),
+]
+
+
+# %% ../nbs/14_fidelity.ipynb #980b0596
+DIVERGENCES += [
+    _row('S_traj alignment', 'exp of aligned translation and rotation errors',
+         "evo's Umeyama; when it raises (collinear centres) no alignment, so no scale",
+         'reward_server/reward_3d_backend.py:566-576; depth_anything_3/utils/pose_align.py:84-89',
+         'always aligned (collinear: roll from the orientations)',
+         "reward_form='release' (trajectory_score(align='release'))",
+         'kept: push, pull and move commands are scored at all', 'test_s_traj_release_alignment_matches_the_release'),
+    _row('S_traj numerics', '—',
+         'float32, commanded poses offset to (3390, 1380, 240) and written with 6 digits: a pan gains spurious travel',
+         'flow_grpo/diffusers_patch/camera_trajectory_utils.py:66-76, 416, 442-468; '
+         'reward_server/reward_3d_backend.py:334-337, 551-563', 'float64, exact geodesics',
+         "trajectory_score(align='release')", 'kept: a pan is a pan',
+         'test_s_traj_release_alignment_matches_the_release'),
+    _row('S_traj without a camera phrase', '—', 'no trajectory: S_traj = 0',
+         'reward_server/reward_3d_backend.py:543-549; camera_trajectory_utils.py:485-486',
+         'a fixed camera, scored as static', "trajectory_score(align='release')",
+         'kept: a prompt without a move asks for a still camera', '—'),
+    _row('S_meta scale', 'integer × 0.1', 'expectation over the ten digit tokens / 9',
+         'reward_server/reward_3d.py:224-234', 'digit / 9 (changed from × 0.1, whose best was 0.9)',
+         "reward_form='release' (scoring 'expectation'); 'paper'", 'changed: the rubric best is 1',
+         'test_meta_expectation_matches_the_release'),
+    _row('S_meta view', 'an offset view backward from the origin',
+         'the estimated camera farthest from the world origin', 'reward_server/reward_3d_backend.py:199-205',
+         "the paper's offset view", "reward_form='release' (meta_view 'release')", 'kept: a view no input camera had',
+         '—'),
+    _row('S_meta prompt', 'the rubric', 'rubric with the text prompt, Qwen3-VL-4B, digit logits 15-24',
+         'reward_server/reward_3d.py:55-108, 224-226', 'META_RUBRIC without the prompt, any OpenAI-compatible judge',
+         '—', 'noted: judge wording, not math', '—'),
+    _row('3D reward failures', '—', 'scores 0.0', 'reward_server/reward_3d.py:551-563, 271-275', 'NaN with a reason',
+         '—', 'kept', '—'),
+]
+
+
+# %% ../nbs/14_fidelity.ipynb #63567188
+DIVERGENCES += [
+    _row('Chain timing', 'frames split evenly between segments',
+         'ceil(F/n) frames a segment, boundary pose repeated, resampled to F',
+         'flow_grpo/diffusers_patch/camera_trajectory_utils.py:487-492, 1390-1399', 'the F−1 steps split evenly',
+         "chain_timing='release'", 'kept: no standstill at a boundary', 'test_release_chains_match_the_release'),
+    _row('Orbit centre', 'orbit the subject', 'centre 600 behind the camera: the camera drifts back',
+         'camera_trajectory_utils.py:185-195', 'centre 0.6 z_ref ahead', "orbit_centre='release'",
+         'kept: a true orbit about the subject', 'test_release_chains_match_the_release'),
+    _row('Injected latents in the log-prob', '—', 'the stored sample is the latent after the stepwise delta',
+         'wan_pipeline_with_logprob.py:589-601', 'the SDE draw before injection', "sde_form='release'",
+         'kept with the SDE', 'test_release_rollout_is_unipc_and_rescored_by_the_release_formula'),
+    _row('Group size and prompts', 'G = 8', '2 videos a prompt; dataset/enhanced', 'config/world_r1.py:12, 25',
+         'G = 8; final prompts', 'the wan2.1-1.3b-release preset', "kept: the paper's G", '—'),
+    _row('Warper', 'noise warping', "Go-with-the-Flow's pixel-rounded warp at 16x",
+         'config/world_r1.py:39; camera_trajectory_utils.py:1318-1420', 'integral transport', "warp_method='discrete'",
+         'kept: sub-pixel motion survives', '—'),
+    _row('First two epochs', '—', 'sampled but not trained (a group-size workaround)',
+         'scripts/train_world_r1.py:1175-1177, 1312-1313', 'every step trains', '—', 'not reproduced: a workaround',
+         '—'),
+]
+
+
+# %% ../nbs/14_fidelity.ipynb #f20bf7ec
+DIVERGENCES += [
+    _row('WorldReward: no votes', '—', 'majority([]) is a tie', 'worldreward/aggregate.py: majority',
+         'was None; now a tie', '—', 'fixed (bug)', 'test_majority_of_no_votes_is_a_tie'),
+    _row('WorldReward: unlabelled pairs', '—', 'a null or absent label leaves the pair out of that axis',
+         'worldreward-bench/score.py: evaluate', 'counted null labels; KeyError on an absent axis; now left out', '—',
+         'fixed (bug)', 'test_score_bench_skips_null_and_absent_labels'),
+    _row('WorldReward: chunk records', '—', 'group_info.json, raw action_labels, normalised action_texts',
+         'worldreward/render.py: render_pair', 'was chunk.json with the names swapped; now the same', '—',
+         'fixed (bug)', 'test_chunk_records_use_worldreward_names'),
+    _row('Training samples', '—', '—', '—', "write_sample used plain noise; now the trainer's camera noise", '—',
+         'fixed (bug)', 'test_progress_sample_uses_the_camera_noise'),
+    _row('Training log', '—', '—', '—',
+         "metrics.csv wrote a phase's reward columns under another phase's header; now one header", '—', 'fixed (bug)',
+         'test_training_log_keeps_columns_across_phases'),
+]
+
+
+# %% ../nbs/14_fidelity.ipynb #7ac48203
 def divergence_table(effects:dict|None=None) -> pd.DataFrame: # {item: measured effect, as text}
     "The divergences as a table, with the measured effect of each where one was measured."
     df = pd.DataFrame(DIVERGENCES)
     df.insert(5, 'effect', df['item'].map(effects or {}).fillna('—'))
     return df.set_index('item')
+

@@ -28,9 +28,9 @@ from .reward_contract import channel_mean_reward, compose_rewards, target_image_
 def group_advantages(rewards:torch.Tensor, # [N] rewards (NaN: could not score)
                      groups:list, # [N] group id (the prompt) of each sample
                      per_prompt_std:bool=True, clip:float=5.0, eps:float=1e-4, zero_std_tol:float=1e-8,
-                     ddof:int=1, # std correction: 1 unbiased (worldlab) | 0 population (Flow-GRPO and World-R1 releases)
-                     mean:str='group', # group | batch: the batch's mean and std (the release without per-prompt tracking)
-                     zero_std:str='mask', # mask: leave zero-std groups out | keep: zero advantage, still counted (release)
+                     ddof:int=1, # std correction: 1 unbiased (worldlab) | 0 population (Flow-GRPO, World-R1 releases)
+                     mean:str='group', # group | batch: the batch's mean and std (release without per-prompt tracking)
+                     zero_std:str='mask', # mask: leave zero-std groups out | keep: advantage 0, still counted (release)
                     ) -> dict:
     "Advantages [N], a mask of usable samples [N], and counts of what was dropped and why."
     if mean not in ('group', 'batch') or zero_std not in ('mask', 'keep'):
@@ -45,7 +45,8 @@ def group_advantages(rewards:torch.Tensor, # [N] rewards (NaN: could not score)
         idx = idx[ok[idx]]
         flat = bool(len(idx) < 2 or r[idx].std() <= zero_std_tol)
         zero_std_n += flat
-        if mean == 'batch': adv[idx], mask[idx] = ((r[idx] - r[ok].mean())/(gstd + eps)).clamp(-clip, clip), True; continue
+        if mean == 'batch':
+            adv[idx], mask[idx] = ((r[idx] - r[ok].mean())/(gstd + eps)).clamp(-clip, clip), True; continue
         if flat:
             mask[idx] = zero_std == 'keep'; continue
         std = sd(r[idx]) if per_prompt_std else gstd
@@ -64,7 +65,8 @@ def grpo_loss(logp:torch.Tensor, logp_old:torch.Tensor, adv:torch.Tensor, mask:t
     m = mask.to(ratio)
     n = m.sum().clamp_min(1)
     loss = (surr*m).sum()/n
-    stats = dict(policy_loss=float(loss.detach()), clip_frac=float((((ratio.detach() - 1).abs() > clip_range).float()*m).sum()/n),
+    stats = dict(policy_loss=float(loss.detach()),
+                 clip_frac=float((((ratio.detach() - 1).abs() > clip_range).float()*m).sum()/n),
                  ratio_mean=float((ratio.detach()*m).sum()/n))
     if kl is not None and beta > 0:
         klm = (kl*m).sum()/n
@@ -119,7 +121,8 @@ def _seed(*xs) -> int:
 class Trainer:
     "Flow-GRPO on a `WanPolicy`: sample groups, score, update the LoRA adapter; checkpoint and resume."
     def __init__(self, policy, cfg:TrainConfig, rewards:dict, # {name: reward fn}
-                 main_prompts:list[str], dynamic_prompts:list[str]|None=None, run_dir:str|Path|None=None, accelerator=None):
+                 main_prompts:list[str], dynamic_prompts:list[str]|None=None, run_dir:str|Path|None=None,
+                 accelerator=None):
         self.policy, self.cfg, self.registry = policy, cfg, rewards
         self.prompts = {'main': list(main_prompts), 'dynamic': list(dynamic_prompts or main_prompts)}
         if not self.prompts['main']: raise ValueError("no training prompts")
@@ -135,7 +138,8 @@ class Trainer:
                              f"({self.acc.num_processes}): every process samples whole prompt groups")
         if self.sharded:
             if cfg.prompts_per_batch % self.acc.num_processes:
-                raise ValueError(f"with FSDP every process must run the same groups: prompts_per_batch ({cfg.prompts_per_batch}) "
+                raise ValueError("with FSDP every process must run the same groups: prompts_per_batch "
+                                 f"({cfg.prompts_per_batch}) "
                                  f"must be a multiple of the number of processes ({self.acc.num_processes})")
             shard_transformer(policy.transformer, policy.dtype if policy.dtype != torch.float32 else None)
         self.params = [p for p in policy.transformer.parameters() if p.requires_grad]   # after sharding: the DTensors
@@ -187,18 +191,22 @@ def initial_noise(self:Trainer, prompt:str, gidx:int, n:int|None=None, # videos 
     g = torch.Generator().manual_seed(_seed(c.seed, self.step, gidx, 1) if seed is None else seed)
     plain = torch.randn(G, *shape, generator=g)
     traj = self.commanded(prompt)
-    if c.injection in ('none', None) or traj.note == NO_CAMERA_PHRASE: return plain, None   # settings.ini reads `none` as None
-    warped = torch.stack([camera_noise(traj, shape[0], *self.policy.vae_scale, method=c.warp_method, degradation=c.noise_degradation,
+    # settings.ini reads `none` as None
+    if c.injection in ('none', None) or traj.note == NO_CAMERA_PHRASE: return plain, None
+    warped = torch.stack([camera_noise(traj, shape[0], *self.policy.vae_scale, method=c.warp_method,
+                                       degradation=c.noise_degradation,
                                        generator=g) for _ in range(G)])
     if c.injection == 'init': return inject_init(plain, warped), None
-    if c.injection == 'stepwise_delta': return plain, stepwise_delta(plain, warped, c.wrap_strength, c.delta_steps, c.delta_kernel)
+    if c.injection == 'stepwise_delta':
+        return plain, stepwise_delta(plain, warped, c.wrap_strength, c.delta_steps, c.delta_kernel)
     raise ValueError(f"injection must be init, stepwise_delta or none; got {c.injection!r}")
 
 # %% ../nbs/12_grpo.ipynb #4da4cd0e
 @patch
 def rollout(self:Trainer, prompts:list[str], mine:list[int], # the batch's prompts; the groups this process samples
             win:tuple[int, int]) -> tuple[list, list]: # the SDE window
-    "Phase 1: each group's G videos from its camera noise, with their SDE transitions; the rollouts and prompt embeddings."
+    ("Phase 1: each group's G videos from its camera noise, with their SDE transitions; the rollouts and prompt "
+     "embeddings.")
     c = self.cfg
     neg = self.neg.expand(c.group_size, -1, -1) if self.neg is not None else None
     rolls, embs = [], []
@@ -207,7 +215,8 @@ def rollout(self:Trainer, prompts:list[str], mine:list[int], # the batch's promp
         emb = self.policy.encode([prompts[gidx]]*c.group_size)
         with torch.no_grad():
             rolls.append(sample(self.policy, emb, x0, c.num_steps, c.guidance_scale, neg, c.noise_level, win,
-                                inject, torch.Generator().manual_seed(_seed(c.seed, self.step, gidx, 3)), form=c.sde_form))
+                                inject, torch.Generator().manual_seed(_seed(c.seed, self.step, gidx, 3)),
+                                form=c.sde_form))
         embs.append(emb)
     return rolls, embs
 
@@ -218,17 +227,20 @@ def _numeric(v) -> bool:
 
 @patch
 def score(self:Trainer, prompts:list[str], mine:list[int], rolls:list) -> tuple[torch.Tensor, dict, list[str]]:
-    "Phase 2: the phase's weighted reward of every video [n], its components {name: [n]}, and why samples could not be scored."
+    ("Phase 2: the phase's weighted reward of every video [n], its components {name: [n]}, and why samples could not "
+     "be scored.")
     c = self.cfg
     reward_fn = compose_rewards(self.schedule.rewards(self.step), self.registry)
     rewards, info, reasons, fails = [], {}, [], []
     for gidx, r in zip(mine, rolls):
-        meta = dict(group=f'{self.step}-{gidx}', prompt=prompts[gidx], traj=self.commanded(prompts[gidx]))   # the rewards score this path
+        # the rewards score this path
+        meta = dict(group=f'{self.step}-{gidx}', prompt=prompts[gidx], traj=self.commanded(prompts[gidx]))
         s, inf = reward_fn(r.video, [prompts[gidx]]*c.group_size, [meta]*c.group_size)
         rewards.append(s)
         for k, v in inf.items():
             if _numeric(v): info.setdefault(k, []).append(torch.as_tensor(v, dtype=torch.float64))
-            elif k.endswith('reason'): reasons += [f"{prompts[gidx][:40]}: {x}" for x, y in zip(v, s) if x and torch.isnan(y)]
+            elif k.endswith('reason'):
+                reasons += [f"{prompts[gidx][:40]}: {x}" for x, y in zip(v, s) if x and torch.isnan(y)]
             elif k.endswith('traceback'): fails += [(gidx, i, k, x) for i, x in enumerate(v) if x]
     self._log_failures(prompts, mine, fails)
     return torch.cat(rewards), {k: torch.cat(v) for k, v in info.items()}, reasons
@@ -238,20 +250,24 @@ def _log_failures(self:Trainer, prompts:list[str], mine:list[int], fails:list):
     "Append the tracebacks of videos a reward could not score to `run_dir/reward_failures.log`."
     if not fails or self.run_dir is None: return
     with open(self.run_dir/'reward_failures.log', 'a') as f:
-        for gidx, i, name, tb in fails: f.write(f"--- step {self.step}, prompt {prompts[gidx]!r}, video {i}, {name}\n{tb}\n")
+        for gidx, i, name, tb in fails:
+            f.write(f"--- step {self.step}, prompt {prompts[gidx]!r}, video {i}, {name}\n{tb}\n")
 
 # %% ../nbs/12_grpo.ipynb #51c48e44
 @patch
 def advantages(self:Trainer, rewards:torch.Tensor, mine:list[int]) -> dict:
-    "Phase 3: `group_advantages` of the step's rewards, one group per prompt, with the run's std, mean and zero-std rules."
+    ("Phase 3: `group_advantages` of the step's rewards, one group per prompt, with the run's std, mean and zero-std "
+     "rules.")
     c = self.cfg
     groups = [gidx for gidx in mine for _ in range(c.group_size)]
-    return group_advantages(rewards, groups, c.per_prompt_stat_tracking, c.adv_clip_max, ddof=c.adv_ddof, mean=c.adv_mean,
+    return group_advantages(rewards, groups, c.per_prompt_stat_tracking, c.adv_clip_max, ddof=c.adv_ddof,
+                            mean=c.adv_mean,
                             zero_std=c.zero_std)
 
 @patch
 def trained_timesteps(self:Trainer, win:tuple[int, int]) -> list[int]:
-    "The window's steps trained on: the first `timestep_fraction` of them (rounded, or floored as the release does; at least one)."
+    ("The window's steps trained on: the first `timestep_fraction` of them (rounded, or floored as the release does; "
+     "at least one).")
     S = win[1] - win[0]
     k = {'round': round, 'floor': math.floor}[self.cfg.timestep_rounding](self.cfg.timestep_fraction*S)
     return list(range(S))[:max(1, k)]
@@ -259,7 +275,8 @@ def trained_timesteps(self:Trainer, win:tuple[int, int]) -> list[int]:
 # %% ../nbs/12_grpo.ipynb #52dc48ce
 @patch
 def update(self:Trainer, rolls:list, embs:list, A:dict, win:tuple[int, int]) -> tuple[list[dict], float]:
-    "Phase 4: back-propagate the clipped surrogate (+ β·KL) per trained timestep, clip, step AdamW, update the EMA; stats and gradient norm."
+    ("Phase 4: back-propagate the clipped surrogate (+ β·KL) per trained timestep, clip, step AdamW, update the EMA; "
+     "stats and gradient norm.")
     c = self.cfg
     train_js = self.trained_timesteps(win)
     self.opt.zero_grad(set_to_none=True)
@@ -272,12 +289,14 @@ def update(self:Trainer, rolls:list, embs:list, A:dict, win:tuple[int, int]) -> 
             kl = None
             if c.beta > 0:
                 with torch.no_grad():
-                    _, mref, _ = logprob(self.policy, r, j, emb, c.num_steps, c.guidance_scale, neg, c.noise_level, reference=True)
+                    _, mref, _ = logprob(self.policy, r, j, emb, c.num_steps, c.guidance_scale, neg, c.noise_level,
+                                         reference=True)
                 kl = kl_to_reference(mean, mref, std)
             loss, st = grpo_loss(lp, r.logps[:, j], A['advantages'][sl], A['mask'][sl], c.clip_range, kl, c.beta)
             (loss/n_back).backward()
             stats.append(st)
-    if self.acc.num_processes > 1 and not self.sharded:                  # average gradients over processes (DDP's rule; FSDP does its own)
+    # average gradients over processes (DDP's rule; FSDP does its own)
+    if self.acc.num_processes > 1 and not self.sharded:
         for p in self.params:
             if p.grad is None: p.grad = torch.zeros_like(p)
             torch.distributed.all_reduce(p.grad); p.grad /= self.acc.num_processes
@@ -292,14 +311,16 @@ def update(self:Trainer, rolls:list, embs:list, A:dict, win:tuple[int, int]) -> 
 @patch
 def metrics(self:Trainer, phase:str, win:tuple[int, int], rewards:torch.Tensor, A:dict, stats:list[dict], gnorm:float,
             info:dict, reasons:list[str], times:dict) -> dict:
-    "Phase 5: one row of the metrics table from every process's share of the step (an error when no video could be scored)."
+    ("Phase 5: one row of the metrics table from every process's share of the step (an error when no video could be "
+     "scored).")
     parts = self._gather(dict(flat=rewards, adv=A['advantages'][A['mask']], stats=stats, reasons=reasons, info=info,
                               counts=(A['nan_rewards'], A['zero_std_groups'], A['groups'])))
     flat = torch.cat([p['flat'] for p in parts]); adv = torch.cat([p['adv'] for p in parts])
     stats = [s for p in parts for s in p['stats']]
     nan_n, zero_n, groups_n = (sum(p['counts'][i] for p in parts) for i in range(3))
     ok = ~torch.isnan(flat)
-    if not ok.any():                                                   # every process sees the same gathered batch: all stop
+    # every process sees the same gathered batch: all stop
+    if not ok.any():
         why = ' | '.join(dict.fromkeys(r for p in parts for r in p['reasons']))[:800]
         raise RuntimeError(f"step {self.step}: no video could be scored ({why})"
                            + (f"; tracebacks in {self.run_dir/'reward_failures.log'}" if self.run_dir else ''))
@@ -311,6 +332,8 @@ def metrics(self:Trainer, phase:str, win:tuple[int, int], rewards:torch.Tensor, 
                 nan_reasons=' | '.join(dict.fromkeys(r for p in parts for r in p['reasons']))[:500],
                 **{f'reward/{k}': float(torch.cat([p['info'][k] for p in parts if k in p['info']]).nanmean()) for k in parts[0]['info']})
 
+
+# %% ../nbs/12_grpo.ipynb #4bcbf5a0
 @patch
 def train_step(self:Trainer) -> dict:
     "One GRPO step: rollout, score, advantages, update, metrics; its row of the metrics table."
@@ -330,9 +353,11 @@ def train_step(self:Trainer) -> dict:
     stats, gnorm = self.update(rolls, embs, A, win)
     t3 = time.perf_counter()
     # 5. metrics, gathered from every process
-    m = self.metrics(phase, win, rewards, A, stats, gnorm, info, reasons, dict(t_sample=t1 - t0, t_reward=t2 - t1, t_update=t3 - t2))
+    m = self.metrics(phase, win, rewards, A, stats, gnorm, info, reasons,
+                     dict(t_sample=t1 - t0, t_reward=t2 - t1, t_update=t3 - t2))
     self.step += 1
     return m
+
 
 # %% ../nbs/12_grpo.ipynb #7f45a960
 @patch
@@ -371,6 +396,8 @@ def load(self:Trainer, path:str|Path):
     self.step, self.pos = st['step'], dict(st['pos'])
     torch.set_rng_state(st['rng']['torch']); np.random.set_state(st['rng']['numpy']); random.setstate(st['rng']['python'])
 
+
+# %% ../nbs/12_grpo.ipynb #1c93893b
 @patch
 @contextlib.contextmanager
 def ema_weights(self:Trainer):
@@ -383,6 +410,7 @@ def ema_weights(self:Trainer):
     finally:
         with torch.no_grad():
             for p, k in zip(self.params, kept): p.copy_(k)
+
 
 # %% ../nbs/12_grpo.ipynb #1d9618c5
 @patch

@@ -11,8 +11,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from PIL import Image
+from fastcore.basics import patch
 
-from .core import RequestFailed, post_json
+from .core import RequestFailed, pick_device, pick_dtype, post_json
 
 # %% auto #0
 __all__ = ['JudgeRequest', 'JudgeReply', 'shrink_to_fit', 'load_image', 'JudgeBackend', 'OpenAIBackend', 'VLLMBackend',
@@ -47,7 +48,8 @@ def load_image(img, max_side:int=2048) -> Image.Image:
     return shrink_to_fit((img if isinstance(img, Image.Image) else Image.open(img)).convert('RGB'), max_side)
 
 class JudgeBackend:
-    "Base class: `generate(requests) -> replies`, one reply per request, in order; a failure is a reply, not an exception."
+    ("Base class: `generate(requests) -> replies`, one reply per request, in order; a failure is a reply, not an "
+     "exception.")
     name = 'judge'
     def generate(self, requests:list[JudgeRequest], max_tokens:int=2048, temperature:float=0.0,
                  logprobs:int|None=None) -> list[JudgeReply]:
@@ -77,31 +79,39 @@ class OpenAIBackend(JudgeBackend):
         if logprobs: body |= dict(logprobs=True, top_logprobs=int(logprobs))
         return body
 
-    def _one(self, r, max_tokens, temperature, logprobs) -> JudgeReply:
-        t0 = time.time()
-        try: body = self._body(r, max_tokens, temperature, logprobs)
-        except Exception as e: return JudgeReply(None, f"cannot read the images: {type(e).__name__}: {e}")
-        try:
-            out = post_json(f"{self.base_url}/chat/completions", body, {'Authorization': f'Bearer {self.api_key}'},
-                            self.timeout, self.retries, self.backoff)      # retries connection errors, timeouts, 429 and 5xx
-            choice = out['choices'][0]
-            lp = (choice.get('logprobs') or {}).get('content') if logprobs else None
-            return JudgeReply(choice['message']['content'], None, time.time() - t0,
-                              [t['token'] for t in lp] if lp else None,
-                              [{c['token']: c['logprob'] for c in t.get('top_logprobs', [])} for t in lp] if lp else None)
-        except RequestFailed as e: return JudgeReply(None, str(e), time.time() - t0)
-        except (KeyError, IndexError, TypeError, ValueError) as e:
-            return JudgeReply(None, f"malformed response: {type(e).__name__}: {e}", time.time() - t0)
 
-    def generate(self, requests, max_tokens=2048, temperature=0.0, logprobs=None):
-        with ThreadPoolExecutor(self.max_concurrency) as pool:
-            return list(pool.map(lambda r: self._one(r, max_tokens, temperature, logprobs), requests))
+# %% ../nbs/09_judge.ipynb #c8e63d63
+@patch
+def _one(self:OpenAIBackend, r, max_tokens, temperature, logprobs) -> JudgeReply:
+    "One request: its body, the POST with retries, the reply read back (a failure is a reply)."
+    t0 = time.time()
+    try: body = self._body(r, max_tokens, temperature, logprobs)
+    except Exception as e: return JudgeReply(None, f"cannot read the images: {type(e).__name__}: {e}")
+    try:
+        out = post_json(f"{self.base_url}/chat/completions", body, {'Authorization': f'Bearer {self.api_key}'},
+                        self.timeout, self.retries,
+                        self.backoff)      # retries connection errors, timeouts, 429 and 5xx
+        choice = out['choices'][0]
+        lp = (choice.get('logprobs') or {}).get('content') if logprobs else None
+        return JudgeReply(choice['message']['content'], None, time.time() - t0,
+                          [t['token'] for t in lp] if lp else None,
+                          [{c['token']: c['logprob'] for c in t.get('top_logprobs', [])} for t in lp] if lp else None)
+    except RequestFailed as e: return JudgeReply(None, str(e), time.time() - t0)
+    except (KeyError, IndexError, TypeError, ValueError) as e:
+        return JudgeReply(None, f"malformed response: {type(e).__name__}: {e}", time.time() - t0)
+
+@patch
+def generate(self:OpenAIBackend, requests, max_tokens=2048, temperature=0.0, logprobs=None):
+    with ThreadPoolExecutor(self.max_concurrency) as pool:
+        return list(pool.map(lambda r: self._one(r, max_tokens, temperature, logprobs), requests))
+
 
 # %% ../nbs/09_judge.ipynb #29abe480
 class VLLMBackend(JudgeBackend):
     "vLLM's offline engine: all requests in one batched `LLM.chat` call."
     name = 'vllm'
-    def __init__(self, model:str, max_images:int=6, max_model_len:int=49152, image_dir:str|Path='/tmp/worldlab_judge_images',
+    def __init__(self, model:str, max_images:int=6, max_model_len:int=49152,
+                 image_dir:str|Path='/tmp/worldlab_judge_images',
                  max_side:int=2048, **llm_kw):
         try: from vllm import LLM, SamplingParams
         except ImportError as e:
@@ -124,8 +134,10 @@ class VLLMBackend(JudgeBackend):
     def generate(self, requests, max_tokens=2048, temperature=0.0, logprobs=None):
         convs, replies = [], [None]*len(requests)
         for i, r in enumerate(requests):
-            try: convs.append((i, [{'role': 'user', 'content': [{'type': 'image_url', 'image_url': {'url': self._url(im)}}
-                                                                for im in r.images] + [{'type': 'text', 'text': r.text}]}]))
+            try:
+                convs.append((i, [{'role': 'user',
+                                   'content': [{'type': 'image_url', 'image_url': {'url': self._url(im)}}
+                                               for im in r.images] + [{'type': 'text', 'text': r.text}]}]))
             except Exception as e: replies[i] = JudgeReply(None, f"cannot read the images: {type(e).__name__}: {e}")
         sp = self._sampling(temperature=temperature, max_tokens=max_tokens, logprobs=logprobs)
         t0 = time.time()
@@ -135,7 +147,8 @@ class VLLMBackend(JudgeBackend):
             g = o.outputs[0] if o.outputs else None
             if g is None: replies[i] = JudgeReply(None, 'vLLM returned no output', per); continue
             lp = g.logprobs if logprobs else None
-            toks = [d[t].decoded_token for t, d in zip(g.token_ids, lp)] if lp else None   # vLLM always lists the chosen token
+            # vLLM always lists the chosen token
+            toks = [d[t].decoded_token for t, d in zip(g.token_ids, lp)] if lp else None
             top = [{v.decoded_token: v.logprob for v in d.values()} for d in lp] if lp else None
             replies[i] = JudgeReply(g.text, None, per, toks, top)
         return replies
@@ -146,9 +159,9 @@ class TransformersBackend(JudgeBackend):
     name = 'transformers'
     def __init__(self, model:str|None=None, device:str='auto', dtype:str='auto', max_side:int=2048,
                  model_obj=None, processor=None):
-        from worldlab.core import pick_device, pick_dtype
         try: from transformers import AutoModelForImageTextToText, AutoProcessor
-        except ImportError as e: raise ImportError("TransformersBackend needs transformers: pip install transformers") from e
+        except ImportError as e:
+            raise ImportError("TransformersBackend needs transformers: pip install transformers") from e
         self.device = pick_device(device)
         if model_obj is None:
             if model is None: raise ValueError("give a model id/path, or model_obj and processor")
@@ -189,21 +202,26 @@ def tiny_qwen_vl(seed:int=0, folder:str|Path|None=None):
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers
     from transformers import (PreTrainedTokenizerFast, Qwen2VLConfig, Qwen2VLForConditionalGeneration,
                               Qwen2VLImageProcessor, Qwen2VLProcessor, Qwen2VLVideoProcessor)
-    special = ['<|endoftext|>', '<|im_start|>', '<|im_end|>', '<|vision_start|>', '<|vision_end|>', '<|image_pad|>', '<|video_pad|>']
+    special = ['<|endoftext|>', '<|im_start|>', '<|im_end|>', '<|vision_start|>', '<|vision_end|>', '<|image_pad|>',
+               '<|video_pad|>']
     words = 'A B Tie { } " : , [ ] winner action_control visual_quality overall_winner user assistant'.split()
     vocab = {t: i for i, t in enumerate(special + ['[UNK]'] + words)}
     tk = Tokenizer(models.WordLevel(vocab, unk_token='[UNK]'))
     tk.pre_tokenizer, tk.decoder = pre_tokenizers.Whitespace(), decoders.WordPiece()
     template = ("{% for m in messages %}<|im_start|>{{ m['role'] }}\n{% if m['content'] is string %}{{ m['content'] }}"
-                "{% else %}{% for c in m['content'] %}{% if c['type'] == 'image' %}<|vision_start|><|image_pad|><|vision_end|>"
-                "{% elif c['type'] == 'text' %}{{ c['text'] }}{% endif %}{% endfor %}{% endif %}<|im_end|>\n{% endfor %}"
+                "{% else %}{% for c in m['content'] %}{% if c['type'] == 'image' "
+                "%}<|vision_start|><|image_pad|><|vision_end|>"
+                "{% elif c['type'] == 'text' %}{{ c['text'] }}{% endif %}{% endfor %}{% endif %}<|im_end|>\n{% endfor "
+                "%}"
                 "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")
-    tok = PreTrainedTokenizerFast(tokenizer_object=tk, unk_token='[UNK]', eos_token='<|im_end|>', pad_token='<|endoftext|>',
+    tok = PreTrainedTokenizerFast(tokenizer_object=tk, unk_token='[UNK]', eos_token='<|im_end|>',
+                                  pad_token='<|endoftext|>',
                                   additional_special_tokens=special, chat_template=template)
     proc = Qwen2VLProcessor(image_processor=Qwen2VLImageProcessor(min_pixels=28*28*4, max_pixels=28*28*16),
                             tokenizer=tok, video_processor=Qwen2VLVideoProcessor(), chat_template=template)
     cfg = Qwen2VLConfig(
-        text_config=dict(vocab_size=len(vocab), hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=2,
+        text_config=dict(vocab_size=len(vocab), hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                         num_attention_heads=2,
                          num_key_value_heads=1, max_position_embeddings=8192,
                          rope_parameters={'rope_type': 'default', 'rope_theta': 10000.0, 'mrope_section': [2, 3, 3]},
                          bos_token_id=0, eos_token_id=vocab['<|im_end|>'], pad_token_id=0),

@@ -14,7 +14,7 @@ import pandas as pd
 import roma
 import torch
 
-from .camera import Trajectory
+from .camera import Trajectory, chain_trajectory
 from .core import psnr, to_float
 
 # %% auto #0
@@ -272,12 +272,17 @@ def _release_profile(pred:torch.Tensor, tgt:torch.Tensor) -> tuple[float, dict]:
     errs = _geodesic_deg32(tgt[:, :3, :3], pred[:, :3, :3]).double()
     rs = math.exp(-pr/5.0) if trr < 1e-3 else 0.5*math.exp(-float(errs.mean())/6) + 0.3*math.exp(-float(errs[-1])/6) + 0.2*ext(pr, trr)
     w = (ts*rs, None) if tt < 1e-4 and trr < 1e-3 else (0.2*ts + 0.8*rs, None) if tt < 1e-4 else (0.8*ts + 0.2*rs, None) if trr < 1e-3 else (0.5*(ts + rs), None)
-    return min(max(w[0], 0.0), 1.0), dict(translation=ts, rotation=rs, t_moved=pt, t_commanded=tt, r_turned=pr, r_commanded=trr)
+    return min(max(w[0], 0.0), 1.0), dict(translation=ts, rotation=rs, t_moved=pt, t_commanded=tt, r_turned=pr,
+                                          r_commanded=trr)
 
-def trajectory_score_exact_release(est, cmd, # estimated c2w [F,4,4] (its reconstruction's units) and commanded poses (units of z_ref)
+
+# %% ../nbs/08_metrics.ipynb #88d7a8c0
+def trajectory_score_exact_release(est, # estimated c2w [F,4,4] (its reconstruction's units)
+                                   cmd, # commanded poses (units of z_ref)
                          z_ref:float=1.0, seed:int=0) -> tuple[float, dict]:
     "S_traj as the World-R1 release computes it, fallbacks and float32 included (see above)."
-    import numpy as np                                                     # numpy float32 algebra, as the release: its rounding decides pans
+    # numpy float32 algebra, as the release: its rounding decides pans
+    import numpy as np
     est, cmd = as_c2w(est), as_c2w(cmd)
     ainv = lambda A: np.concatenate([np.concatenate([A[..., :3, :3].swapaxes(-1, -2), -A[..., :3, :3].swapaxes(-1, -2) @ A[..., :3, 3:]], -1), A[..., 3:, :]], -2)
     rel = lambda P: np.linalg.inv(P[0]) @ P
@@ -288,9 +293,11 @@ def trajectory_score_exact_release(est, cmd, # estimated c2w [F,4,4] (its recons
         P, T = torch.from_numpy(pred), torch.from_numpy(tgt)
         m = release_ransac(P, T, seed=seed) if len(est) >= 6 else evo_umeyama(P[:, :3, 3], T[:, :3, 3])
         if m is None: status = 'not aligned: Umeyama degenerate (the release falls back to the raw estimate)'
-        else: aligned, status = ainv(ainv(_sim3_apply(m, P.double()).numpy())), 'sim3'   # float64 from here, as in numpy
+        # float64 from here, as in numpy
+        else: aligned, status = ainv(ainv(_sim3_apply(m, P.double()).numpy())), 'sim3'
     score, info = _release_profile(torch.from_numpy(rel(aligned)), torch.from_numpy(tgt_rel))
     return score, info | dict(alignment=status)
+
 
 # %% ../nbs/08_metrics.ipynb #32398ae8
 def trajectory_score(est, cmd, # estimated and commanded camera poses: c2w [F,4,4] (or Trajectory), same F
@@ -299,7 +306,7 @@ def trajectory_score(est, cmd, # estimated and commanded camera poses: c2w [F,4,
            ransac:bool|None=None, # None: RANSAC alignment from 6 frames on (the release)
            tau:float=0.1, # paper form: tolerance in radians of view angle (tau*z_ref and degrees(tau))
            static_scale:float=3.0, # release form: a static command scores exp(-moved/static_scale)
-           align:str='worldlab', # release form: worldlab (always aligned) | release (its fallbacks and numerics, `trajectory_score_exact_release`)
+           align:str='worldlab', # release form: worldlab (always aligned) | release (as `trajectory_score_exact_release`)
           ) -> tuple[float, dict]:
     "Trajectory-following score in [0, 1] and its parts; NaN with `info['reason']` when it cannot score."
     if form not in ('paper', 'release'): raise ValueError(f"unknown S_traj form {form!r}; use 'paper' or 'release'")
@@ -344,10 +351,11 @@ MOTION_CLASS = {'push_in': 'in', 'pull_out': 'out', 'move_left': 'left', 'move_r
                 'orbit_left': 'orbit', 'orbit_right': 'orbit', 'pan_left': 'pan', 'pan_right': 'pan'}
 
 def classify_camera(est, # estimated poses: c2w [F,4,4] (or Trajectory)
-                    H:int=64, W:int=64, form:str='release', # the video size the candidate paths are made for; S_traj form
+                    H:int=64, W:int=64, # the video size the candidate paths are made for
+                    form:str='release', # S_traj form
                    ) -> tuple[str, str, dict]:
-    "The primitive whose path the estimated cameras follow best (highest S_traj), its class, and every primitive's score."
-    from worldlab.camera import chain_trajectory
+    ("The primitive whose path the estimated cameras follow best (highest S_traj), its class, and every primitive's "
+     "score.")
     est = as_c2w(est)
     scores = {p: trajectory_score(est, chain_trajectory([p], len(est), H, W), form=form)[0] for p in MOTION_CLASS}
     finite = {p: s for p, s in scores.items() if math.isfinite(s)}
@@ -377,7 +385,8 @@ def alexnet_checkpoint() -> Path:
 def _build_lpips(trunk:str, device:str):
     import lpips
     with warnings.catch_warnings(), torch.random.fork_rng():
-        warnings.simplefilter('ignore')                               # lpips 0.1.4 passes torchvision's deprecated `pretrained`
+        # lpips 0.1.4 passes torchvision's deprecated `pretrained`
+        warnings.simplefilter('ignore')
         torch.manual_seed(0)                                          # a random trunk is the same one every time
         model = lpips.LPIPS(net='alex', version='0.1', pnet_rand=(trunk == 'random'), verbose=False)
     model.label, model.trunk = LPIPS_LABELS[trunk], trunk
@@ -391,12 +400,16 @@ def load_lpips(trunk:str='imagenet', # 'imagenet' (the real metric) or 'random' 
     if trunk == 'imagenet' and not path.exists():
         raise FileNotFoundError(
             f"LPIPS needs torchvision's ImageNet AlexNet weights at {path} and this machine cannot download them. "
-            f"On a connected machine run: python -c \"import torchvision; torchvision.models.alexnet(weights='IMAGENET1K_V1')\" "
-            f"and copy {ALEXNET_CHECKPOINT} from its torch hub cache (~/.cache/torch/hub/checkpoints/) to {path.parent}/, "
+            "On a connected machine run: python -c \"import torchvision; "
+            "torchvision.models.alexnet(weights='IMAGENET1K_V1')\" "
+            f"and copy {ALEXNET_CHECKPOINT} from its torch hub cache (~/.cache/torch/hub/checkpoints/) to "
+            f"{path.parent}/, "
             "or set TORCH_HOME to a folder whose hub/checkpoints/ holds it. "
             "(load_lpips(trunk='random') gives an untrained trunk for plumbing tests only.)")
     return _build_lpips(trunk, str(device))
 
+
+# %% ../nbs/08_metrics.ipynb #54181391
 def lpips_distance(a:torch.Tensor, b:torch.Tensor, # [F,3,H,W] each in [0, 1]
                    model=None, # from load_lpips; None: load_lpips() (the ImageNet trunk)
                    batch_size:int=16,
@@ -410,12 +423,14 @@ def lpips_distance(a:torch.Tensor, b:torch.Tensor, # [F,3,H,W] each in [0, 1]
                for x, y in zip(a.split(batch_size), b.split(batch_size))]
     return torch.cat(out)
 
+
 # %% ../nbs/08_metrics.ipynb #8d71724a
 def recon_metrics(video:torch.Tensor, rerender:torch.Tensor, # [F,3,H,W] each in [0, 1]
                   lpips_model=None, # from load_lpips; None: the ImageNet trunk
                  ) -> dict:
     "PSNR, SSIM and LPIPS of a video against its 3D re-render (means over frames)."
-    if video.shape != rerender.shape: raise ValueError(f"video {tuple(video.shape)} and re-render {tuple(rerender.shape)} differ")
+    if video.shape != rerender.shape:
+        raise ValueError(f"video {tuple(video.shape)} and re-render {tuple(rerender.shape)} differ")
     lpips_model = load_lpips() if lpips_model is None else lpips_model
     return dict(PSNR=float(psnr(video, rerender).mean()), SSIM=float(ssim(video, rerender).mean()),
                 LPIPS=float(lpips_distance(video, rerender, lpips_model).mean()), lpips_model=lpips_model.label,
@@ -439,7 +454,8 @@ def plot_consistency(df:pd.DataFrame, # from consistency_table
                      color:str|None=None): # column to colour by
     "Bar charts of PSNR, SSIM and LPIPS side by side, titled with the LPIPS model."
     import plotly.express as px
-    long = df.reset_index().melt(id_vars=[c for c in (x, color) if c], value_vars=['PSNR', 'SSIM', 'LPIPS'], var_name='metric')
+    long = df.reset_index().melt(id_vars=[c for c in (x, color) if c], value_vars=['PSNR', 'SSIM', 'LPIPS'],
+                                 var_name='metric')
     fig = px.bar(long, x=x, y='value', color=color, facet_col='metric', barmode='group', height=300)
     fig.update_yaxes(matches=None, showticklabels=True)
     return fig.update_layout(title=f"3D consistency — {', '.join(df['lpips_model'].unique())}")

@@ -15,10 +15,11 @@ import torch
 import torch.nn.functional as F
 
 from .camera import PRIMITIVES, trajectory_from_prompt
-from .core import project_root, read_video
-from .corpus import COLOURS, DYNAMICS, PLACES, SHAPES, read_corpus
+from .core import project_root, read_video, save_json, to_uint8
+from .corpus import COLOURS, DYNAMICS, PLACES, SHAPES, plan_corpus, read_corpus
 from .policy import WanPolicy
 from .prompts import camera_phrase
+from .sampler import sample
 from .warp import camera_noise
 
 # %% auto #0
@@ -72,16 +73,20 @@ def build_mini_wan(words:list[str]|None=None, # tokenizer vocabulary (default: c
     from diffusers import AutoencoderKLWan, FlowMatchEulerDiscreteScheduler, WanPipeline, WanTransformer3DModel
     torch.manual_seed(seed)
     tok = word_tokenizer(words or corpus_vocabulary(), cfg.max_len)
-    te = UMT5EncoderModel(UMT5Config(vocab_size=len(tok), d_model=cfg.text_dim, d_kv=16, d_ff=2*cfg.text_dim, num_layers=cfg.text_layers,
+    te = UMT5EncoderModel(UMT5Config(vocab_size=len(tok), d_model=cfg.text_dim, d_kv=16, d_ff=2*cfg.text_dim,
+                                     num_layers=cfg.text_layers,
                                      num_heads=cfg.text_dim//16, relative_attention_num_buckets=8)).eval()
     down = len(cfg.vae_mult) - 1
     vae = AutoencoderKLWan(base_dim=cfg.vae_dim, z_dim=cfg.z_dim, dim_mult=list(cfg.vae_mult), num_res_blocks=1,
                            temperal_downsample=[True, True] + [False]*(down - 2), latents_mean=[0.0]*cfg.z_dim,
                            latents_std=[1.0]*cfg.z_dim, scale_factor_spatial=2**down, scale_factor_temporal=4)
-    tr = WanTransformer3DModel(patch_size=(1, 2, 2), num_attention_heads=cfg.width//32, attention_head_dim=32, in_channels=cfg.z_dim,
-                               out_channels=cfg.z_dim, text_dim=cfg.text_dim, freq_dim=64, ffn_dim=4*cfg.width, num_layers=cfg.layers,
+    tr = WanTransformer3DModel(patch_size=(1, 2, 2), num_attention_heads=cfg.width//32, attention_head_dim=32,
+                               in_channels=cfg.z_dim,
+                               out_channels=cfg.z_dim, text_dim=cfg.text_dim, freq_dim=64, ffn_dim=4*cfg.width,
+                               num_layers=cfg.layers,
                                rope_max_seq_len=64)
-    return WanPipeline(tokenizer=tok, text_encoder=te, transformer=tr, vae=vae, scheduler=FlowMatchEulerDiscreteScheduler(shift=cfg.shift))
+    return WanPipeline(tokenizer=tok, text_encoder=te, transformer=tr, vae=vae,
+                       scheduler=FlowMatchEulerDiscreteScheduler(shift=cfg.shift))
 
 def count_parameters(pipe) -> dict:
     "Parameters per component, in millions."
@@ -92,15 +97,17 @@ def mini_wan_dir() -> Path:
     "Where the shipped mini-Wan lives: `<project>/data/mini_wan` (or `$WORLDLAB_MINI_WAN`)."
     if os.environ.get('WORLDLAB_MINI_WAN'): return Path(os.environ['WORLDLAB_MINI_WAN'])
     root = project_root()
-    if root is None: raise FileNotFoundError("mini-Wan ships in a worldlab checkout's data/mini_wan: run inside the checkout or set WORLDLAB_MINI_WAN")
+    if root is None:
+        raise FileNotFoundError("mini-Wan ships in a worldlab checkout's data/mini_wan: run inside the checkout or set "
+                                "WORLDLAB_MINI_WAN")
     return root/'data'/'mini_wan'
 
 def load_mini_wan(path:str|Path|None=None, device='cpu') -> WanPolicy:
     "The trained mini-Wan as a `WanPolicy` (fp32)."
     path = Path(path) if path is not None else mini_wan_dir()
     if not (path/'model_index.json').exists():
-        raise FileNotFoundError(f"no mini-Wan at {path}: train one with `worldlab run train_mini_wan` (its run folder holds "
-                                f"mini_wan/), or pass the folder")
+        raise FileNotFoundError(f"no mini-Wan at {path}: train one with `worldlab run train_mini_wan` (its run folder "
+                                f"holds mini_wan/), or pass the folder")
     return WanPolicy.from_pretrained(path, device=device, dtype='fp32')
 
 # %% ../nbs/11b_miniwan.ipynb #f0ada3e6
@@ -137,6 +144,8 @@ def lr_at(step:int, steps:int, lr:float, warmup:int=100) -> float:
     p = (step - warmup)/max(1, steps - warmup)
     return lr*(0.05 + 0.95*0.5*(1 + math.cos(math.pi*min(1.0, p))))
 
+
+# %% ../nbs/11b_miniwan.ipynb #9de5ac67
 def train_loop(model:torch.nn.Module, loss_fn, # loss_fn(step, generator) -> (loss, {name: float})
                steps:int, ckpt:str|Path|None=None, lr:float=1e-3, warmup:int=100, ema:float=0.999, clip:float=1.0,
                ckpt_every:int=100, seed:int=0, progress:bool=True, desc:str='train') -> tuple[pd.DataFrame, list]:
@@ -164,9 +173,11 @@ def train_loop(model:torch.nn.Module, loss_fn, # loss_fn(step, generator) -> (lo
         with torch.no_grad():
             d = min(ema, (1 + step)/(10 + step))                           # short memory early on
             for s, p in zip(shadow, params): s.mul_(d).add_(p.detach(), alpha=1 - d)
-        rows.append(dict(step=step, loss=float(loss.detach()), grad_norm=gnorm, lr=opt.param_groups[0]['lr'], **stats, time=time.time()))
+        rows.append(dict(step=step, loss=float(loss.detach()), grad_norm=gnorm, lr=opt.param_groups[0]['lr'], **stats,
+                         time=time.time()))
         if ckpt is not None and ((step + 1) % ckpt_every == 0 or step + 1 == steps): save(step + 1)
-        if progress and (step + 1) % ckpt_every == 0:                     # a line a terminal or a papermill log can show
+        # a line a terminal or a papermill log can show
+        if progress and (step + 1) % ckpt_every == 0:
             recent = rows[-ckpt_every:]
             print(f"{desc} step {step + 1}/{steps}: loss {np.mean([r['loss'] for r in recent]):.4f}, "
                   f"{(recent[-1]['time'] - recent[0]['time'])/max(1, len(recent) - 1):.2f} s/step", flush=True)
@@ -179,6 +190,7 @@ def load_ema(model:torch.nn.Module, shadow:list):
         for p, s in zip([p for p in model.parameters() if p.requires_grad], shadow): p.copy_(s)
     return model
 
+
 # %% ../nbs/11b_miniwan.ipynb #86f4e56d
 def vae_loss(vae, x:torch.Tensor, # [B,3,F,H,W] in [-1,1]
              kl_weight:float=1e-4, generator=None) -> tuple[torch.Tensor, dict]:
@@ -188,13 +200,15 @@ def vae_loss(vae, x:torch.Tensor, # [B,3,F,H,W] in [-1,1]
     y = vae.decode(z).sample
     mse = F.mse_loss(y, x)
     kl = 0.5*(post.mean**2 + post.var - 1 - post.logvar).mean()
-    return (y - x).abs().mean() + mse + kl_weight*kl, dict(psnr=float(10*torch.log10(4/mse.detach())), kl=float(kl.detach()))
+    return (y - x).abs().mean() + mse + kl_weight*kl, dict(psnr=float(10*torch.log10(4/mse.detach())),
+                                                           kl=float(kl.detach()))
 
 def vae_batches(clips:Clips, batch:int=4, window:int=9, crop:int=0): # crop: square crops of this size (0: whole frames)
     "A batch function `(step, generator) -> [B,3,window,h,w]` of random windows (and crops) of random clips."
     H, W = clips.frames.shape[2:4]
     c = crop or H
-    if c > min(H, W) or c % 8: raise ValueError(f"crop={crop} must be a multiple of 8 no larger than the frames ({H}x{W})")
+    if c > min(H, W) or c % 8:
+        raise ValueError(f"crop={crop} must be a multiple of 8 no larger than the frames ({H}x{W})")
     def fn(step, g):
         i = torch.randint(0, len(clips), (batch,), generator=g)
         t = torch.randint(0, clips.frames.shape[1] - window + 1, (batch,), generator=g)
@@ -217,7 +231,8 @@ def scene_caption(caption:str) -> str:
     return re.sub(r'^\s*camera\b[^.]*\.\s*', '', caption, flags=re.I)
 
 def training_caption(caption:str, camera_text:str, generator:torch.Generator) -> str:
-    "The caption a training step reads: its own camera sentence ('true'), none ('none'), or half the time a random one ('random')."
+    ("The caption a training step reads: its own camera sentence ('true'), none ('none'), or half the time a random "
+     "one ('random').")
     if camera_text == 'true': return caption
     if camera_text == 'none': return scene_caption(caption)
     if camera_text != 'random': raise ValueError(f"camera_text must be 'true', 'none' or 'random', got {camera_text!r}")
@@ -232,7 +247,8 @@ def shifted_sigma(u:torch.Tensor, shift:float) -> torch.Tensor:
 
 def training_noise(clips:Clips, idx:list[int], shape:tuple, warp_share:float, generator:torch.Generator,
                    max_degradation:float=0.5, spatial:int=4) -> tuple[torch.Tensor, torch.Tensor]:
-    "Noise `[B,C,T,h,w]` for clips `idx` (warped along each clip's camera with probability `warp_share`) and which were warped."
+    ("Noise `[B,C,T,h,w]` for clips `idx` (warped along each clip's camera with probability `warp_share`) and which "
+     "were warped.")
     out, warped = [], torch.rand(len(idx), generator=generator) < warp_share
     for i, w in zip(idx, warped.tolist()):
         if w:
@@ -241,7 +257,9 @@ def training_noise(clips:Clips, idx:list[int], shape:tuple, warp_share:float, ge
         else: out.append(torch.randn(shape, generator=generator))
     return torch.stack(out), warped
 
-def flow_matching_loss(transformer, latents:torch.Tensor, emb:torch.Tensor, noise:torch.Tensor, # [B,C,T,h,w], [B,L,D], like latents
+def flow_matching_loss(transformer, latents:torch.Tensor, # [B,C,T,h,w]
+                       emb:torch.Tensor, # [B,L,D]
+                       noise:torch.Tensor, # like latents
                        sigma:torch.Tensor) -> torch.Tensor: # [B] in (0, 1)
     "Mean squared error of the predicted velocity against `noise − latents` at `x_σ`."
     s = sigma.view(-1, 1, 1, 1, 1)
@@ -286,7 +304,6 @@ def initial_latents(policy, prompts:list[str], seeds:list[int], num_frames:int=1
 def generate(policy, prompts:list[str], seeds:list[int], num_frames:int=17, H:int=64, W:int=64, num_steps:int=20,
              guidance:float=3.0, noise:str='warped', degradation:float=0.0, batch:int=8) -> torch.Tensor:
     "Videos `[B,F,3,H,W]` in [0,1] sampled with the flow ODE (classifier-free guidance against the empty caption)."
-    from worldlab.sampler import sample
     x0 = initial_latents(policy, prompts, seeds, num_frames, H, W, noise, degradation)
     out = []
     for i in range(0, len(prompts), batch):
@@ -297,7 +314,6 @@ def generate(policy, prompts:list[str], seeds:list[int], num_frames:int=17, H:in
 
 def video_grid(videos:torch.Tensor, frames:int=5) -> np.ndarray: # [B,F,3,H,W] in [0,1]
     "An image `uint8 [B*H, frames*W, 3]`: `frames` evenly spaced frames of each video in a row."
-    from worldlab.core import to_uint8
     idx = np.linspace(0, videos.shape[1] - 1, frames).round().astype(int)
     v = to_uint8(videos[:, idx])                                         # [B,frames,H,W,3]
     return np.concatenate([np.concatenate(list(row), 1) for row in v], 0)
@@ -332,13 +348,15 @@ def denoising_quality(policy, sigmas=(0.3, 0.5, 0.7), # noise levels to test the
     return fn
 
 # %% ../nbs/11b_miniwan.ipynb #b688f6e8
-def mini_prompts(n_main:int=400, n_dynamic:int=80, n_test:int=48, n_test_dynamic:int=16, seed:int=1) -> dict[str, list[str]]:
-    "Captions `{main, dynamic, test, test_dynamic}`: training subjects for the first two, held-out subjects for the tests."
-    from worldlab.corpus import plan_corpus
+def mini_prompts(n_main:int=400, n_dynamic:int=80, n_test:int=48, n_test_dynamic:int=16,
+                 seed:int=1) -> dict[str, list[str]]:
+    ("Captions `{main, dynamic, test, test_dynamic}`: training subjects for the first two, held-out subjects for the "
+     "tests.")
     def take(n_static, n_dyn, split):
         share = max(n_dyn, 1)/max(n_static + n_dyn, 1)
         for scale in (1, 2, 4, 8):                                       # plan enough of both kinds
-            plan = plan_corpus(*((scale*(n_static + n_dyn), 0) if split == 'train' else (0, scale*(n_static + n_dyn))), share, seed=seed)
+            plan = plan_corpus(*((scale*(n_static + n_dyn), 0) if split == 'train' else (0, scale*(n_static + n_dyn))),
+                               share, seed=seed)
             st = list(dict.fromkeys(s.caption for s in plan if not s.dynamic and s.cameras != ['fixed']))
             dy = list(dict.fromkeys(s.caption for s in plan if s.dynamic))
             if len(st) >= n_static and len(dy) >= n_dyn: return st[:n_static], dy[:n_dyn]
@@ -349,9 +367,12 @@ def mini_prompts(n_main:int=400, n_dynamic:int=80, n_test:int=48, n_test_dynamic
 
 # %% ../nbs/11b_miniwan.ipynb #deae3723
 def evaluate_videos(videos:torch.Tensor, prompts:list[str], # [B,F,3,H,W] in [0,1]; their captions
-                    cache=None, lpips_model=None, quality=None, # a rewards.ReconCache; from metrics.load_lpips; a reward fn (R_gen)
+                    cache=None, # a rewards.ReconCache
+                    lpips_model=None, # from metrics.load_lpips
+                    quality=None, # a reward fn (R_gen)
                    ) -> pd.DataFrame:
     "One row per video: recon_ok, PSNR, SSIM, LPIPS, s_traj, RotErr, TransErr, dynamics and r_gen."
+    # lazy: the reward stack (metrics, rewards: reconstruction, LPIPS) is loaded only to evaluate a run
     from worldlab.metrics import camera_metrics, recon_metrics, trajectory_score
     from worldlab.rewards import ReconCache, consistency_rerender, dynamics_degree
     cache = cache or ReconCache('fit', depth_prior='procedural')
@@ -373,18 +394,19 @@ def evaluate_videos(videos:torch.Tensor, prompts:list[str], # [B,F,3,H,W] in [0,
 def save_adapter(policy, folder:str|Path, rank:int, alpha:int, targets=('to_q', 'to_k', 'to_v', 'to_out.0')) -> Path:
     "Write the policy's LoRA adapter: `adapter.safetensors` and `adapter.json` (rank, alpha, target modules)."
     from safetensors.torch import save_file
-    from worldlab.core import save_json
     folder = Path(folder); folder.mkdir(parents=True, exist_ok=True)
     save_file({k: v.contiguous() for k, v in policy.lora_state().items()}, folder/'adapter.safetensors')
     save_json(dict(rank=rank, alpha=alpha, targets=list(targets)), folder/'adapter.json')
     return folder
 
 def load_rl_adapter(policy, folder:str|Path|None=None) -> WanPolicy:
-    "Attach a saved LoRA adapter (default: the shipped `data/mini_wan_rl`) to `policy`; `policy.reference()` switches it off."
+    ("Attach a saved LoRA adapter (default: the shipped `data/mini_wan_rl`) to `policy`; `policy.reference()` switches "
+     "it off.")
     from safetensors.torch import load_file
     folder = Path(folder) if folder is not None else mini_wan_dir().parent/'mini_wan_rl'
     if not (folder/'adapter.json').exists():
-        raise FileNotFoundError(f"no LoRA adapter at {folder}: train one with `worldlab run mini_world_r1 --preset mini -p install_adapter true`")
+        raise FileNotFoundError(f"no LoRA adapter at {folder}: train one with `worldlab run mini_world_r1 --preset "
+                                "mini -p install_adapter true`")
     cfg = json.loads((folder/'adapter.json').read_text())
     policy.add_lora(cfg['rank'], cfg['alpha'], tuple(cfg['targets']))
     policy.load_lora_state(load_file(folder/'adapter.safetensors'))

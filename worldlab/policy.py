@@ -34,11 +34,15 @@ def tiny_wan(folder:str|Path|None=None, # save the pipeline here (it then loads 
     tok = PreTrainedTokenizerFast(tokenizer_object=tk, pad_token='<pad>', eos_token='</s>', unk_token='<unk>')
     te = UMT5EncoderModel(UMT5Config(vocab_size=len(vocab), d_model=text_dim, d_kv=8, d_ff=2*text_dim, num_layers=1,
                                      num_heads=text_dim//8, relative_attention_num_buckets=8)).eval()
-    vae = AutoencoderKLWan(base_dim=8, z_dim=16, dim_mult=[1, 2, 2, 2], num_res_blocks=1, temperal_downsample=[False, True, True],
+    vae = AutoencoderKLWan(base_dim=8, z_dim=16, dim_mult=[1, 2, 2, 2], num_res_blocks=1,
+                           temperal_downsample=[False, True, True],
                            latents_mean=[0.0]*16, latents_std=[1.0]*16).eval()
-    tr = WanTransformer3DModel(patch_size=(1, 2, 2), num_attention_heads=width//16, attention_head_dim=16, in_channels=16,
-                               out_channels=16, text_dim=text_dim, freq_dim=32, ffn_dim=2*width, num_layers=layers, rope_max_seq_len=256)
-    pipe = WanPipeline(tokenizer=tok, text_encoder=te, transformer=tr, vae=vae, scheduler=FlowMatchEulerDiscreteScheduler(shift=3.0))
+    tr = WanTransformer3DModel(patch_size=(1, 2, 2), num_attention_heads=width//16, attention_head_dim=16,
+                               in_channels=16,
+                               out_channels=16, text_dim=text_dim, freq_dim=32, ffn_dim=2*width, num_layers=layers,
+                               rope_max_seq_len=256)
+    pipe = WanPipeline(tokenizer=tok, text_encoder=te, transformer=tr, vae=vae,
+                       scheduler=FlowMatchEulerDiscreteScheduler(shift=3.0))
     if folder is not None: pipe.save_pretrained(folder)
     return pipe
 
@@ -54,7 +58,7 @@ class WanPolicy:
     @classmethod
     def from_pretrained(cls, path:str|Path, # a Diffusers-format Wan2.1 T2V checkpoint (hub id or local folder)
                         device='auto', dtype='auto',
-                        max_sequence_length:int|None=None, # caption tokens (default: the tokenizer's limit, at most Wan's 512)
+                        max_sequence_length:int|None=None, # caption tokens (default: the tokenizer's, at most Wan's 512)
                        ) -> WanPolicy:
         "Load Wan2.1-T2V (1.3B or 14B, Diffusers format) or a saved tiny twin."
         from diffusers import WanPipeline
@@ -135,11 +139,13 @@ def schedule(self:WanPolicy, num_steps:int) -> tuple[torch.Tensor, torch.Tensor]
 
 # %% ../nbs/11_policy.ipynb #d1b1e023
 @patch
-def add_lora(self:WanPolicy, rank:int=32, alpha:int=64, targets=('to_q', 'to_k', 'to_v', 'to_out.0'), name:str='default'):
+def add_lora(self:WanPolicy, rank:int=32, alpha:int=64, targets=('to_q', 'to_k', 'to_v', 'to_out.0'),
+             name:str='default'):
     "Attach a LoRA adapter (peft) to the transformer's attention projections; only it will train."
     from peft import LoraConfig
     self.transformer.requires_grad_(False)
-    self.transformer.add_adapter(LoraConfig(r=rank, lora_alpha=alpha, target_modules=list(targets), init_lora_weights=True),
+    self.transformer.add_adapter(LoraConfig(r=rank, lora_alpha=alpha, target_modules=list(targets),
+                                            init_lora_weights=True),
                                  adapter_name=name)
     return [p for p in self.transformer.parameters() if p.requires_grad]
 

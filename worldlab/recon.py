@@ -13,6 +13,7 @@ import numpy as np
 import roma
 import torch
 import torch.nn.functional as F
+from fastcore.basics import patch
 
 from .camera import Trajectory, intrinsics, scale_intrinsics
 from .core import psnr, to_float, to_uint8
@@ -42,7 +43,7 @@ class Reconstruction:
     seconds: float = float('nan')  # wall-clock time of the reconstruction
     background: tuple = (0.5, 0.5, 0.5)   # RGB behind the Gaussians when re-rendering
     info: dict = field(default_factory=dict)
-    tracked_c2w: torch.Tensor|None = None  # [F,4,4] float64 cameras tracked freely from the video ('fit'); None: not tracked
+    tracked_c2w: torch.Tensor|None = None  # [F,4,4] float64 cameras tracked freely from the video ('fit') or None
 
     @property
     def psnr(self) -> float: return float(self.psnr_per_frame.mean())   # mean over frames, NaN when not ok
@@ -53,32 +54,42 @@ class Reconstruction:
     def __len__(self): return len(self.c2w)
     def __repr__(self):
         state = f"PSNR {self.psnr:.2f} dB" if self.ok else f"failed: {self.reason}"
-        return f"Reconstruction({self.backend}, {len(self)} frames {self.H}x{self.W}, {len(self.gaussians)} Gaussians, {state}, {self.seconds:.1f}s)"
+        return (f"Reconstruction({self.backend}, {len(self)} frames {self.H}x{self.W}, {len(self.gaussians)} "
+                f"Gaussians, {state}, {self.seconds:.1f}s)")
 
-    def render(self, c2w:torch.Tensor|None=None, # [V,4,4] cameras to render (default: the estimated ones)
-               K:torch.Tensor|None=None, # [3,3] or [V,3,3] for (H, W) (default: the estimated ones)
-               H:int|None=None, W:int|None=None, batch:int=8) -> torch.Tensor:
-        "Re-rendered video, float `[V,3,H,W]` in [0,1]; NaN frames when the reconstruction failed."
-        c2w = self.c2w if c2w is None else c2w
-        if K is None: K = self.K if len(c2w) == len(self.K) else self.K[0]   # other cameras: frame 0's intrinsics
-        H, W = H or self.H, W or self.W
-        if not self.ok: return torch.full((len(c2w), 3, H, W), float('nan'))
-        g = self.gaussians
-        K = (K[None] if K.ndim == 2 else K).expand(len(c2w), 3, 3)
-        out = [render(g, c2w[i:i + batch].to(g.means), K[i:i + batch].to(g.means), H, W, background=self.background).rgb
-               for i in range(0, len(c2w), batch)]
-        return torch.cat(out).clamp(0, 1)
 
-    def rerender(self) -> torch.Tensor:
-        "The video re-rendered along the estimated cameras, float `[F,3,H,W]` (what S_recon compares)."
-        return self.render()
-
-def failed(backend:str, reason:str, n_frames:int, H:int, W:int, seconds:float=float('nan'), **info) -> Reconstruction:
+# %% ../nbs/07_recon.ipynb #0766b2da
+def failed(backend:str, reason:str, n_frames:int, H:int, W:int, seconds:float=float('nan'),
+           **info) -> Reconstruction:
     "The result of a reconstruction that could not be made: NaN poses and scores, no Gaussians."
     nan = float('nan')
     empty = Gaussians(torch.zeros(0, 3), torch.zeros(0, 4), torch.zeros(0, 3), torch.zeros(0), torch.zeros(0, 3))
-    return Reconstruction(empty, torch.full((n_frames, 4, 4), nan, dtype=torch.float64), torch.full((n_frames, 3, 3), nan, dtype=torch.float64),
+    return Reconstruction(empty, torch.full((n_frames, 4, 4), nan, dtype=torch.float64),
+                          torch.full((n_frames, 3, 3), nan, dtype=torch.float64),
                           H, W, torch.full((n_frames,), nan), backend, False, reason, seconds, info=info)
+
+
+# %% ../nbs/07_recon.ipynb #50cc3ead
+@patch
+def render(self:Reconstruction, c2w:torch.Tensor|None=None, # [V,4,4] cameras to render (default: the estimated ones)
+           K:torch.Tensor|None=None, # [3,3] or [V,3,3] for (H, W) (default: the estimated ones)
+           H:int|None=None, W:int|None=None, batch:int=8) -> torch.Tensor:
+    "Re-rendered video, float `[V,3,H,W]` in [0,1]; NaN frames when the reconstruction failed."
+    c2w = self.c2w if c2w is None else c2w
+    if K is None: K = self.K if len(c2w) == len(self.K) else self.K[0]   # other cameras: frame 0's intrinsics
+    H, W = H or self.H, W or self.W
+    if not self.ok: return torch.full((len(c2w), 3, H, W), float('nan'))
+    g = self.gaussians
+    K = (K[None] if K.ndim == 2 else K).expand(len(c2w), 3, 3)
+    out = [render(g, c2w[i:i + batch].to(g.means), K[i:i + batch].to(g.means), H, W, background=self.background).rgb
+           for i in range(0, len(c2w), batch)]
+    return torch.cat(out).clamp(0, 1)
+
+@patch
+def rerender(self:Reconstruction) -> torch.Tensor:
+    "The video re-rendered along the estimated cameras, float `[F,3,H,W]` (what S_recon compares)."
+    return self.render()
+
 
 # %% ../nbs/07_recon.ipynb #1ceaea34
 def grid_rays(K:torch.Tensor, H:int, W:int, # [3,3] intrinsics for (H, W)
@@ -113,7 +124,8 @@ def plane_sweep(frames:torch.Tensor, c2w:torch.Tensor, K:torch.Tensor, # [F,3,H,
                 n_depths:int=32, depth_range=(0.25, 8.0), # candidate depths, uniform in 1/depth, in units of z_ref
                 smooth:int=3, min_views:int=3, # cost smoothing window (grid cells); views needed for a vote
                ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    "Per ray: depth `[N]` where the frames agree best, the world ray direction `[N,3]` and the mean colour there `[N,3]`."
+    ("Per ray: depth `[N]` where the frames agree best, the world ray direction `[N,3]` and the mean colour there "
+     "`[N,3]`.")
     gh, gw = rays.shape[:2]
     R, o = c2w[key, :3, :3].float(), c2w[key, :3, 3].float()
     dirs = rays.reshape(-1, 3) @ R.T
@@ -170,13 +182,49 @@ class FitConfig:
     min_baseline: float = 0.0     # cameras moving less than this (units of z_ref): ok=False, 'degenerate motion'
     background: tuple = (0.5, 0.5, 0.5)   # RGB behind the Gaussians (the procedural clips' grey)
     seed: int = 0
-    track: bool = True            # `reconstruct` also tracks every camera freely from the video (`tracked_c2w`, for S_traj)
+    track: bool = True            # `reconstruct` also tracks the cameras freely from the video (`tracked_c2w`, S_traj)
     track_levels: tuple = (4, 2, 1)   # tracking pyramid, coarse to fine: pixels averaged per side
     track_iters: tuple = (10, 8, 6)   # Levenberg-Marquardt steps per frame at each level
     track_huber: float = 0.1      # Huber threshold of the colour residuals
     track_min_alpha: float = 0.8  # key-frame pixels tracked: where the fitted Gaussians are at least this opaque
 
 # %% ../nbs/07_recon.ipynb #c61e2476
+def prior_on_rays(depth_prior, frame:torch.Tensor, K:torch.Tensor, # the monocular model; frame 0 [3,H,W]; [3,3]
+                  rays:torch.Tensor, # [gh,gw,3] camera-space rays (z = 1) of the seeding grid
+                 ) -> tuple[torch.Tensor, torch.Tensor]:
+    ("The prior's log-depth `[N]` at every ray (edge values beyond the frame) "
+     "and whether the ray is inside it `[N]`.")
+    H, W = frame.shape[-2:]
+    with torch.no_grad(): d = torch.as_tensor(depth_prior(frame), dtype=torch.float32).reshape(1, 1, H, W)
+    if not (torch.isfinite(d).all() and (d > 0).all()):
+        raise ValueError("depth_prior returned non-finite or non-positive depths")
+    r = rays.reshape(-1, 3).float()
+    u, v = r[:, 0]*float(K[0, 0]) + float(K[0, 2]), r[:, 1]*float(K[1, 1]) + float(K[1, 2])   # pixel coordinates
+    grid = torch.stack([2*u/W - 1, 2*v/H - 1], -1)[None, None]
+    logd = F.grid_sample(d.log(), grid, align_corners=False, padding_mode='border')[0, 0, 0]
+    return logd, (u >= 0) & (u <= W) & (v >= 0) & (v <= H)
+
+def prior_penalty(log_depth:torch.Tensor, prior) -> torch.Tensor:
+    ("Mean squared log-depth difference from the prior after the best global scale "
+     "(scale-invariant, Eigen et al. 2014).")
+    logp, w = prior
+    diff = log_depth - logp
+    c = (diff*w).sum()/w.sum()                                      # the free scale, in closed form
+    return (((diff - c)**2)*w).sum()/w.sum()
+
+
+# %% ../nbs/07_recon.ipynb #e7603f62
+def _scene(origin, dirs, p, quat) -> Gaussians:
+    "Gaussians at `depth` along each ray: flat discs facing frame 0, thin along its optical axis."
+    s = p['log_scale'].exp()
+    return Gaussians(origin + dirs*p['log_depth'].exp()[:, None], quat.expand(len(dirs), 4),
+                     torch.cat([s, 0.3*s.mean(1, keepdim=True)], 1), torch.sigmoid(p['opacity']),
+                     torch.sigmoid(p['color']))
+
+def _baseline(c2w:torch.Tensor) -> float: return float((c2w[:, :3, 3] - c2w[:1, :3, 3]).norm(dim=-1).max())
+
+
+# %% ../nbs/07_recon.ipynb #fc3fd47c
 def _seed(video, c2w0, K, z_ref, cfg, depth_prior=None):
     "Rays, starting depths and colours of the Gaussians on frame 0's grid, and their optimisable parameters."
     H, W = video.shape[-2:]
@@ -196,33 +244,6 @@ def _seed(video, c2w0, K, z_ref, cfg, depth_prior=None):
                   rot=torch.zeros(len(video) - 1, 3), trans=torch.zeros(len(video) - 1, 3))
     return c2w0[0, :3, 3].float(), dirs, {k: v.clone().requires_grad_() for k, v in params.items()}, prior
 
-def prior_on_rays(depth_prior, frame:torch.Tensor, K:torch.Tensor, # the monocular model; frame 0 [3,H,W]; [3,3]
-                  rays:torch.Tensor, # [gh,gw,3] camera-space rays (z = 1) of the seeding grid
-                 ) -> tuple[torch.Tensor, torch.Tensor]:
-    "The prior's log-depth `[N]` at every ray (edge values beyond the frame) and whether the ray is inside it `[N]`."
-    H, W = frame.shape[-2:]
-    with torch.no_grad(): d = torch.as_tensor(depth_prior(frame), dtype=torch.float32).reshape(1, 1, H, W)
-    if not (torch.isfinite(d).all() and (d > 0).all()): raise ValueError("depth_prior returned non-finite or non-positive depths")
-    r = rays.reshape(-1, 3).float()
-    u, v = r[:, 0]*float(K[0, 0]) + float(K[0, 2]), r[:, 1]*float(K[1, 1]) + float(K[1, 2])   # pixel coordinates
-    grid = torch.stack([2*u/W - 1, 2*v/H - 1], -1)[None, None]
-    logd = F.grid_sample(d.log(), grid, align_corners=False, padding_mode='border')[0, 0, 0]
-    return logd, (u >= 0) & (u <= W) & (v >= 0) & (v <= H)
-
-def prior_penalty(log_depth:torch.Tensor, prior) -> torch.Tensor:
-    "Mean squared log-depth difference from the prior after the best global scale (scale-invariant, Eigen et al. 2014)."
-    logp, w = prior
-    diff = log_depth - logp
-    c = (diff*w).sum()/w.sum()                                      # the free scale, in closed form
-    return (((diff - c)**2)*w).sum()/w.sum()
-
-def _scene(origin, dirs, p, quat) -> Gaussians:
-    "Gaussians at `depth` along each ray: flat discs facing frame 0, thin along its optical axis."
-    s = p['log_scale'].exp()
-    return Gaussians(origin + dirs*p['log_depth'].exp()[:, None], quat.expand(len(dirs), 4),
-                     torch.cat([s, 0.3*s.mean(1, keepdim=True)], 1), torch.sigmoid(p['opacity']), torch.sigmoid(p['color']))
-
-def _baseline(c2w:torch.Tensor) -> float: return float((c2w[:, :3, 3] - c2w[:1, :3, 3]).norm(dim=-1).max())
 
 # %% ../nbs/07_recon.ipynb #c30268cc
 def _check(video, c2w0, z_ref, cfg) -> str:
@@ -238,7 +259,8 @@ def _check(video, c2w0, z_ref, cfg) -> str:
 def _optimise(video, K, c2w0, origin, dirs, p, quat, z_ref, bounds, cfg, prior=None):
     "Adam on Gaussians and pose corrections, coarse then fine; the step it diverged at, or None."
     opt = torch.optim.Adam([dict(params=[p['log_depth']], lr=cfg.lr_depth), dict(params=[p['color']], lr=cfg.lr_color),
-                            dict(params=[p['log_scale']], lr=cfg.lr_scale), dict(params=[p['opacity']], lr=cfg.lr_opacity),
+                            dict(params=[p['log_scale']], lr=cfg.lr_scale),
+                            dict(params=[p['opacity']], lr=cfg.lr_opacity),
                             dict(params=[p['rot'], p['trans']], lr=cfg.lr_pose if cfg.refine_poses else 0.0)])
     H, W = video.shape[-2:]
     gen = torch.Generator().manual_seed(cfg.seed)
@@ -249,7 +271,8 @@ def _optimise(video, K, c2w0, origin, dirs, p, quat, z_ref, bounds, cfg, prior=N
         out = render(_scene(origin, dirs, p, quat), c2w, scale_intrinsics(K, (H, W), (H//s, W//s)), H//s, W//s,
                      background=cfg.background).rgb
         loss = (out - target).abs().mean() + 0.2*((out - target)**2).mean()
-        if prior is not None and cfg.prior_weight > 0: loss = loss + cfg.prior_weight*prior_penalty(p['log_depth'], prior)
+        if prior is not None and cfg.prior_weight > 0:
+            loss = loss + cfg.prior_weight*prior_penalty(p['log_depth'], prior)
         if not torch.isfinite(loss): return step
         opt.zero_grad(); loss.backward(); opt.step()
         if not all(torch.isfinite(v).all() for v in p.values()): return step   # NaN Gaussians would render as empty
@@ -257,7 +280,7 @@ def _optimise(video, K, c2w0, origin, dirs, p, quat, z_ref, bounds, cfg, prior=N
 
 # %% ../nbs/07_recon.ipynb #7337e1db
 def fit_gaussians(frames, # uint8 [F,H,W,3] or float [F,3,H,W]
-                  traj:Trajectory|None=None, # the commanded cameras (start of the pose refinement); None: identity poses
+                  traj:Trajectory|None=None, # the commanded cameras (where pose refinement starts); None: identity
                   cfg:FitConfig|None=None, **overrides) -> Reconstruction:
     "Reconstruct a clip by fitting Gaussians and bounded pose corrections to its frames with `splat.render`."
     t0, cfg = time.time(), replace(cfg or FitConfig(), **overrides)
@@ -277,7 +300,8 @@ def fit_gaussians(frames, # uint8 [F,H,W,3] or float [F,3,H,W]
         return failed('fit', f"diverged: non-finite loss or parameters at step {bad}", n, H, W, time.time() - t0)
     with torch.no_grad():
         g, c2w = _scene(origin, dirs, p, R0).detach(), corrected_poses(c2w0, p['rot'], p['trans'], *bounds, z_ref).double()
-        rec = Reconstruction(g, c2w, K.double().expand(n, 3, 3).clone(), H, W, torch.zeros(n), 'fit', background=cfg.background,
+        rec = Reconstruction(g, c2w, K.double().expand(n, 3, 3).clone(), H, W, torch.zeros(n), 'fit',
+                             background=cfg.background,
                              info=dict(baseline=_baseline(c2w0)/z_ref, steps=cfg.coarse_steps + cfg.fine_steps))
         if dp is not None:
             rec.info |= dict(depth_prior=getattr(dp, 'label', repr(dp)), prior_weight=cfg.prior_weight)
@@ -301,7 +325,8 @@ def photometric_residuals(points:torch.Tensor, colors:torch.Tensor, # [N,3] each
                           image:torch.Tensor, K:torch.Tensor, # [9,H,W] from `with_gradients`; [3,3] for (H, W)
                           c2w:torch.Tensor, # [4,4] the camera to test
                          ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    "Colour residuals `[N,3]` where `c2w` sees the points, whether each is in view `[N]`, and the Jacobian `[N,3,6]` for `c2w @ [R(ω)|v]`."
+    ("Colour residuals `[N,3]` where `c2w` sees the points, whether each is in view `[N]`, and the Jacobian `[N,3,6]` "
+     "for `c2w @ [R(ω)|v]`.")
     H, W = image.shape[-2:]
     w2c = torch.linalg.inv(c2w.double()).float()
     p = points @ w2c[:3, :3].T + w2c[:3, 3]
@@ -309,11 +334,14 @@ def photometric_residuals(points:torch.Tensor, colors:torch.Tensor, # [N,3] each
     fx, fy, cx, cy = K[0, 0].float(), K[1, 1].float(), K[0, 2].float(), K[1, 2].float()
     u, v = fx*x/zs + cx, fy*y/zs + cy
     valid = (z > 1e-2) & (u > 0.5) & (u < W - 0.5) & (v > 0.5) & (v < H - 0.5)
-    s = F.grid_sample(image[None], torch.stack([u/W*2 - 1, v/H*2 - 1], -1)[None, None], align_corners=False)[0, :, 0].T  # [N,9]
+    # [N,9]
+    s = F.grid_sample(image[None], torch.stack([u/W*2 - 1, v/H*2 - 1], -1)[None, None], align_corners=False)[0, :, 0].T
     o = torch.zeros_like(zs)
-    duv = torch.stack([torch.stack([fx/zs, o, -fx*x/zs**2], -1), torch.stack([o, fy/zs, -fy*y/zs**2], -1)], -2)  # [N,2,3]
+    # [N,2,3]
+    duv = torch.stack([torch.stack([fx/zs, o, -fx*x/zs**2], -1), torch.stack([o, fy/zs, -fy*y/zs**2], -1)], -2)
     dI_dp = torch.stack([s[:, 3:6], s[:, 6:9]], -1) @ duv                                                    # [N,3,3]
-    skew = torch.stack([torch.stack([o, -z, y], -1), torch.stack([z, o, -x], -1), torch.stack([-y, x, o], -1)], -2)  # p' = p + [p]x ω - v
+    # p' = p + [p]x ω - v
+    skew = torch.stack([torch.stack([o, -z, y], -1), torch.stack([z, o, -x], -1), torch.stack([-y, x, o], -1)], -2)
     return s[:, :3] - colors, valid, torch.cat([dI_dp @ skew, -dI_dp], -1)
 
 # %% ../nbs/07_recon.ipynb #8a0db6bc
@@ -326,7 +354,8 @@ def align_camera(points:torch.Tensor, colors:torch.Tensor, # [N,3] each: key-fra
                  image:torch.Tensor, K:torch.Tensor, c2w:torch.Tensor, # [9,H,W] (`with_gradients`), [3,3], [4,4] start
                  iters:int=10, huber:float=0.1, # Levenberg-Marquardt steps; Huber threshold on colour residuals
                 ) -> tuple[torch.Tensor, float]:
-    "The camera `[4,4]` (float64) that best shows the points in their colours, by robust Levenberg-Marquardt, and its cost."
+    ("The camera `[4,4]` (float64) that best shows the points in their colours, by robust Levenberg-Marquardt, and its "
+     "cost.")
     c2w, lam = c2w.double(), 1e-2
     r, valid, J = photometric_residuals(points, colors, image, K, c2w)
     for _ in range(iters):
@@ -335,18 +364,22 @@ def align_camera(points:torch.Tensor, colors:torch.Tensor, # [N,3] each: key-fra
         A, b = Jd.T @ (w[:, None]*Jd), Jd.T @ (w*rd)
         trial = c2w @ pose_step(-torch.linalg.solve(A + lam*torch.diag(A.diagonal()) + 1e-12*torch.eye(6, dtype=A.dtype), b))
         r2, valid2, J2 = photometric_residuals(points, colors, image, K, trial)
-        both = valid & valid2                                  # compare on the points both cameras see: leaving the view is free
-        if _robust_cost(r2, both, huber) < _robust_cost(r, both, huber): c2w, r, valid, J, lam = trial, r2, valid2, J2, lam/3
+        # compare on the points both cameras see: leaving the view is free
+        both = valid & valid2
+        if _robust_cost(r2, both, huber) < _robust_cost(r, both, huber):
+            c2w, r, valid, J, lam = trial, r2, valid2, J2, lam/3
         else: lam *= 4
     return c2w, _robust_cost(r, valid, huber)
 
 # %% ../nbs/07_recon.ipynb #8632b1c2
-def keyframe_points(rec:Reconstruction, frame:torch.Tensor, c2w:torch.Tensor, # a fitted reconstruction; a key frame [3,H,W] and its camera
+def keyframe_points(rec:Reconstruction, # a fitted reconstruction
+                    frame:torch.Tensor, c2w:torch.Tensor, # a key frame [3,H,W] and its camera
                     out, # the fitted scene's render from `c2w`
                     s:int=1, # pyramid level: pixels averaged per side
                     min_alpha:float=0.8, # keep pixels where the fitted Gaussians are at least this opaque
                    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    "World points `[N,3]` behind a key frame's pixels at the fitted depth, their colours in `frame` `[N,3]`, and `K [3,3]` at level `s`."
+    ("World points `[N,3]` behind a key frame's pixels at the fitted depth, their colours in `frame` `[N,3]`, and `K "
+     "[3,3]` at level `s`.")
     H, W = rec.H, rec.W
     K, c2w0 = rec.K[0].float(), c2w.float()
     pool = lambda x: F.avg_pool2d(x[None], s)[0] if s > 1 else x
@@ -361,15 +394,18 @@ def track_poses(rec:Reconstruction, frames, # a fitted reconstruction; its video
                 levels=(4, 2, 1), iters=(10, 8, 6), # pyramid (pixels averaged per side) and LM steps per level
                 huber:float=0.1, min_alpha:float=0.8,
                ) -> tuple[torch.Tensor, torch.Tensor]:
-    "Every camera `[F,4,4]` tracked freely, each frame against the previous one at its tracked camera; and each frame's final cost `[F]`."
+    ("Every camera `[F,4,4]` tracked freely, each frame against the previous one at its tracked camera; and each "
+     "frame's final cost `[F]`.")
     video = to_float(frames, 'frames', ndim=4)
     c2w, costs = [rec.c2w[0].double()], [0.0]
     for t in range(1, len(video)):
         c = c2w[-1] @ torch.linalg.inv(c2w[-2]) @ c2w[-1] if t > 1 else c2w[-1]          # constant velocity
         out = render(rec.gaussians, c2w[-1].float(), rec.K[0].float(), rec.H, rec.W, background=rec.background)
-        for s, n in zip(levels, iters):                       # the previous frame's pixels at the fitted scene's depth there
+        # the previous frame's pixels at the fitted scene's depth there
+        for s, n in zip(levels, iters):
             pts, cols, Ks = keyframe_points(rec, video[t - 1], c2w[-1], out, s, min_alpha)
-            c, cost = align_camera(pts, cols, with_gradients(F.avg_pool2d(video[t], s) if s > 1 else video[t]), Ks, c, n, huber)
+            c, cost = align_camera(pts, cols, with_gradients(F.avg_pool2d(video[t], s) if s > 1 else video[t]), Ks,
+                                   c, n, huber)
         c2w.append(c); costs.append(cost)
     return torch.stack(c2w), torch.tensor(costs)
 
@@ -393,14 +429,16 @@ DA3_INSTALL = "pip install 'worldlab[da3]' in its own virtual environment (depth
 def check_da3_model(model:str):
     "Raise unless `model` (hub name or local folder) is a DA3 checkpoint that predicts Gaussians."
     if 'giant' not in str(model).rstrip('/').split('/')[-1].lower():
-        raise ValueError(f"{model!r} predicts no Gaussians: Depth Anything 3 has a Gaussian head only in the giant and nested-giant "
-                         f"models ({', '.join(DA3_GS_MODELS)}); large, base, small, metric and mono give depth and cameras only")
+        raise ValueError(f"{model!r} predicts no Gaussians: Depth Anything 3 has a Gaussian head only in the giant and "
+                         f"nested-giant models ({', '.join(DA3_GS_MODELS)}); large, base, small, metric and mono give "
+                         "depth and cameras only")
 
 # %% ../nbs/07_recon.ipynb #d5b8cf8c
 def w2c_to_c2w(extrinsics) -> torch.Tensor: # [N,3,4] or [N,4,4] world-to-camera (numpy or torch)
     "Camera-to-world poses `[N,4,4]` (float64) from world-to-camera extrinsics."
     E = torch.as_tensor(np.asarray(extrinsics) if not torch.is_tensor(extrinsics) else extrinsics).double()
-    if E.ndim != 3 or E.shape[1:] not in ((3, 4), (4, 4)): raise ValueError(f"extrinsics must be [N,3,4] or [N,4,4], got {tuple(E.shape)}")
+    if E.ndim != 3 or E.shape[1:] not in ((3, 4), (4, 4)):
+        raise ValueError(f"extrinsics must be [N,3,4] or [N,4,4], got {tuple(E.shape)}")
     R, t = E[:, :3, :3], E[:, :3, 3]
     c2w = torch.eye(4, dtype=torch.float64).repeat(len(E), 1, 1)
     c2w[:, :3, :3] = R.transpose(1, 2); c2w[:, :3, 3] = -(R.transpose(1, 2) @ t[..., None])[..., 0]
@@ -439,11 +477,12 @@ def load_da3(model:str=DA3_DEFAULT, # hub name or a local folder with the downlo
     check_da3_model(model)
     try: from depth_anything_3.api import DepthAnything3
     except ImportError as e:
-        raise ImportError(f"backend='da3' needs the depth-anything-3 package: {DA3_INSTALL}; then download the checkpoint "
-                          f"{model!r} (e.g. `huggingface-cli download {DA3_DEFAULT}`) and pass its name or local folder. "
-                          "On a machine without them use backend='fit'.") from e
+        raise ImportError(f"backend='da3' needs the depth-anything-3 package: {DA3_INSTALL}; then download the "
+                          f"checkpoint {model!r} (e.g. `huggingface-cli download {DA3_DEFAULT}`) and pass its name or "
+                          "local folder. On a machine without them use backend='fit'.") from e
     if str(device).startswith('cuda') and not torch.cuda.is_available():
-        raise RuntimeError("backend='da3' runs on a CUDA GPU (its Gaussians are rendered with gsplat); use backend='fit' on CPU")
+        raise RuntimeError("backend='da3' runs on a CUDA GPU (its Gaussians are rendered with gsplat); use "
+                           "backend='fit' on CPU")
     return DepthAnything3.from_pretrained(model).to(device=torch.device(device)).eval()
 
 def reconstruct_da3(frames, # uint8 [F,H,W,3] or float [F,3,H,W]
@@ -457,10 +496,12 @@ def reconstruct_da3(frames, # uint8 [F,H,W,3] or float [F,3,H,W]
     u8 = list(to_uint8(video))
     pred = da3.inference(u8, infer_gs=True, process_res=process_res)
     if pred.gaussians is None: return failed('da3', f"{model!r} returned no Gaussians", n, H, W, time.time() - t0)
-    if not np.isfinite(pred.extrinsics).all(): return failed('da3', "degenerate: non-finite camera poses", n, H, W, time.time() - t0)
+    if not np.isfinite(pred.extrinsics).all():
+        return failed('da3', "degenerate: non-finite camera poses", n, H, W, time.time() - t0)
     rec = da3_to_reconstruction(pred, H, W, traj.z_ref if traj is not None else 1.0)
     rec.psnr_per_frame = psnr(rec.render().cpu(), video)
-    if not torch.isfinite(rec.psnr_per_frame).all(): return failed('da3', "diverged: non-finite re-render", n, H, W, time.time() - t0)
+    if not torch.isfinite(rec.psnr_per_frame).all():
+        return failed('da3', "diverged: non-finite re-render", n, H, W, time.time() - t0)
     rec.seconds = time.time() - t0
     return rec
 

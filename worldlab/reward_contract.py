@@ -49,7 +49,8 @@ EXPECTED_FAILURES = (RewardFailure, ValueError, OSError, ArithmeticError, torch.
 def per_video(videos, prompts, metas, # a batch, as the contract gives it
               score_one, # (video [F,3,H,W], prompt, meta) -> (score, info dict)
              ) -> tuple[torch.Tensor, dict]:
-    "Scores [B] (float64) and info {name: [B]} from scoring each video alone; expected failures give NaN with a reason and traceback."
+    ("Scores [B] (float64) and info {name: [B]} from scoring each video alone; expected failures give NaN with a "
+     "reason and traceback.")
     scores, info = [], {}
     B = len(videos)
     for i in range(B):

@@ -10,6 +10,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import numpy as np
 import torch
+from fastcore.basics import patch
 
 from .camera import Trajectory, trajectory_to_dict
 from .core import RequestFailed, post_json, to_float, to_uint8
@@ -26,20 +27,26 @@ def _encode_videos(videos:torch.Tensor) -> str: # [B,F,3,H,W] in [0,1]
 
 def _decode_videos(text:str) -> torch.Tensor:
     a = np.load(io.BytesIO(base64.b64decode(text)), allow_pickle=False)
-    if a.dtype != np.uint8 or a.ndim != 5 or a.shape[-1] != 3: raise ValueError(f"videos must be uint8 [B,F,H,W,3], got {a.dtype} {a.shape}")
+    if a.dtype != np.uint8 or a.ndim != 5 or a.shape[-1] != 3:
+        raise ValueError(f"videos must be uint8 [B,F,H,W,3], got {a.dtype} {a.shape}")
     return to_float(a)
 
+
+# %% ../nbs/08b_reward_service.ipynb #fdea976f
 def _jsonable_metas(metas):
-    return [{k: (trajectory_to_dict(v) if isinstance(v, Trajectory) else v) for k, v in (m or {}).items()} for m in metas]
+    return [{k: (trajectory_to_dict(v) if isinstance(v, Trajectory) else v) for k, v in (m or {}).items()}
+            for m in metas]
 
 def _jsonable_info(info:dict) -> dict:
     out = {}
     for k, v in info.items():
         vals = v.tolist() if torch.is_tensor(v) else list(v)
         if all(x is None or isinstance(x, (int, float, str, bool)) for x in vals):
-            out[k] = [None if isinstance(x, float) and math.isnan(x) else x for x in vals]   # images and objects stay on the server
+            out[k] = [None if isinstance(x, float) and math.isnan(x) else x for x in vals]   # images, objects stay here
     return out
 
+
+# %% ../nbs/08b_reward_service.ipynb #e6afbe91
 class RewardServer:
     "Serve a `{name: reward fn}` registry over HTTP: POST /score/<name>, GET /health."
     def __init__(self, registry:dict, host:str='127.0.0.1', port:int=8765):
@@ -62,7 +69,8 @@ class RewardServer:
                     req = json.loads(self.rfile.read(int(self.headers.get('Content-Length', 0))))
                     videos = _decode_videos(req['videos'])
                     prompts, metas = req.get('prompts') or ['']*len(videos), req.get('metas') or [{}]*len(videos)
-                except (ValueError, KeyError, TypeError) as e: return self._send(400, dict(error=f"bad request: {type(e).__name__}: {e}"))
+                except (ValueError, KeyError, TypeError) as e:
+                    return self._send(400, dict(error=f"bad request: {type(e).__name__}: {e}"))
                 try: scores, info = reg[name](videos, prompts, metas)
                 except Exception as e: return self._send(500, dict(error=f"{name} failed: {type(e).__name__}: {e}"))
                 scores = torch.as_tensor(scores, dtype=torch.float64).tolist()
@@ -71,21 +79,36 @@ class RewardServer:
         self.url = f"http://{host}:{self.httpd.server_address[1]}"
         self.thread = None
 
-    def start(self) -> RewardServer:
-        "Serve in a background thread (returns at once)."
-        self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True); self.thread.start(); return self
-    def stop(self): self.httpd.shutdown(); self.httpd.server_close()
-    def serve_forever(self): self.httpd.serve_forever()
 
+# %% ../nbs/08b_reward_service.ipynb #c7fbf747
+@patch
+def start(self:RewardServer) -> RewardServer:
+    "Serve in a background thread (returns at once)."
+    self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True); self.thread.start(); return self
+
+@patch
+def stop(self:RewardServer):
+    "Stop serving and close the socket."
+    self.httpd.shutdown(); self.httpd.server_close()
+
+@patch
+def serve_forever(self:RewardServer):
+    "Serve in this thread until interrupted (what `worldlab-rewards` does)."
+    self.httpd.serve_forever()
+
+
+# %% ../nbs/08b_reward_service.ipynb #0a07f900
 def remote_reward(url:str, name:str, timeout:float=600.0, retries:int=2, backoff:float=1.0):
     "A reward function that scores on a `RewardServer` (NaN where the server could not score a video)."
     def fn(videos, prompts, metas):
-        body = dict(videos=_encode_videos(videos), prompts=list(prompts or []), metas=_jsonable_metas(metas or [{}]*len(videos)))
+        body = dict(videos=_encode_videos(videos), prompts=list(prompts or []),
+                    metas=_jsonable_metas(metas or [{}]*len(videos)))
         try: out = post_json(f"{url.rstrip('/')}/score/{name}", body, None, timeout, retries, backoff)
         except RequestFailed as e: raise RuntimeError(f"reward service {url} could not score {name!r}: {e}") from e
         scores = torch.tensor([math.nan if s is None else s for s in out['scores']], dtype=torch.float64)
         return scores, {k: [math.nan if x is None else x for x in v] for k, v in out['info'].items()}
     return fn
+
 
 # %% ../nbs/08b_reward_service.ipynb #e23fd179
 def serve_main(argv=None):
@@ -99,18 +122,22 @@ def serve_main(argv=None):
     ap.add_argument('--port', type=int, default=8765, help='port to listen on')
     ap.add_argument('--recon', default='fit', help="reconstruction backend: fit (CPU) or da3 (GPU)")
     ap.add_argument('--lpips', default='imagenet', help="LPIPS trunk: imagenet, or random (plumbing only, labelled)")
-    ap.add_argument('--rgen', default=None, help="hpsv3, hpsv2 (the release's HPSv2.1) or standin (labelled); needed to serve reward_general")
-    ap.add_argument('--form', default='worldlab', help="worldlab, or release: the released reward's math (see make_rewards)")
+    ap.add_argument('--rgen', default=None,
+                    help="hpsv3, hpsv2 (the release's HPSv2.1) or standin (labelled); needed to serve reward_general")
+    ap.add_argument('--form', default='worldlab',
+                    help="worldlab, or release: the released reward's math (see make_rewards)")
     ap.add_argument('--judge', default='', help="an OpenAI-compatible base URL for S_meta (e.g. a vllm serve endpoint)")
     ap.add_argument('--judge-model', default='Qwen2.5-VL-7B-Instruct', help='the model name the judge endpoint serves')
     ap.add_argument('--device', default='cpu', help='torch device of the reward models')
-    ap.add_argument('--depth-prior', default=None, help="fit backend: a monocular depth prior, 'procedural' (procedural worlds only) or a file")
+    ap.add_argument('--depth-prior', default=None,
+                    help="fit backend: a monocular depth prior, 'procedural' (procedural worlds only) or a file")
     a = ap.parse_args(argv)
     judge = None
     if a.judge:
-        from worldlab.judge import OpenAIBackend
+        from worldlab.judge import OpenAIBackend   # lazy: judge (09) comes later, needed only for S_meta
         judge = OpenAIBackend(a.judge, a.judge_model)
-    if a.depth_prior and a.recon != 'fit': ap.error("--depth-prior is an option of the fit backend (DA3 has its own depth)")
+    if a.depth_prior and a.recon != 'fit':
+        ap.error("--depth-prior is an option of the fit backend (DA3 has its own depth)")
     reg = make_rewards(a.recon, a.lpips, judge, a.rgen, device=a.device, form=a.form,
                        recon_opts=dict(depth_prior=a.depth_prior) if a.depth_prior else None)
     names = [n for n in a.rewards.split(',') if n]

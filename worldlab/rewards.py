@@ -12,7 +12,8 @@ import torch
 
 from .camera import NO_CAMERA_PHRASE, Trajectory, trajectory_from_dict, trajectory_from_prompt
 from .core import to_float, to_uint8
-from .metrics import lpips_distance, load_lpips, trajectory_score
+from .metrics import align_poses, lpips_distance, load_lpips, recon_metrics, trajectory_score
+from .recon import reconstruct
 from .splat import render, transform_gaussians
 from .reward_contract import RewardFailure, per_video
 
@@ -43,7 +44,6 @@ class ReconCache:
         return hash((video.detach().cpu().contiguous().numpy().tobytes(), traj.c2w.numpy().tobytes()))
 
     def __call__(self, video:torch.Tensor, traj:Trajectory): # [F,3,H,W] in [0,1]
-        from worldlab.recon import reconstruct
         k = self.key(video, traj)
         with self.lock:
             if k in self.items: return self.items[k]
@@ -56,7 +56,7 @@ class ReconCache:
 
 # %% ../nbs/08a_rewards.ipynb #fddd8e7d
 def s_recon(video:torch.Tensor, rec, lpips_model, # [F,3,H,W]; a recon.Reconstruction; from load_lpips
-            path:str='cameras', # cameras: re-render each estimated camera | release: the release's extended, smoothed path
+            path:str='cameras', # cameras: re-render each estimated camera | release: the release's extended path
            ) -> tuple[float, dict]:
     "S_recon of one video and its reconstruction; NaN with a reason when the reconstruction failed."
     if not rec.ok: return math.nan, dict(reason=f"reconstruction failed: {rec.reason}")
@@ -64,7 +64,7 @@ def s_recon(video:torch.Tensor, rec, lpips_model, # [F,3,H,W]; a recon.Reconstru
     rr = (rec.rerender() if path == 'cameras' else rec.render(release_render_path(rec.c2w)[:len(video)])).to(video)
     d = lpips_distance(video, rr, lpips_model)
     info = dict(lpips=float(d.mean()), lpips_model=lpips_model.label)                  # PSNR: rec.psnr
-    if 'depth_prior' in rec.info: info['depth_prior'] = rec.info['depth_prior']        # what shaped the geometry, if not the video alone
+    if 'depth_prior' in rec.info: info['depth_prior'] = rec.info['depth_prior']   # what shaped the geometry too
     return float((1 - d.mean()).clamp(0, 1)), info
 
 # %% ../nbs/08a_rewards.ipynb #2499d5d6
@@ -84,17 +84,21 @@ def _smooth_path(P:torch.Tensor, k:int=50) -> torch.Tensor: # [N,4,4]
     sig = 0.3*((k - 1)*0.5 - 1) + 0.8                                          # OpenCV's sigma for ksize k
     w = torch.exp(-(torch.arange(k, dtype=P.dtype) - (k - 1)/2)**2/(2*sig**2)); w = w/w.sum()
     cols = torch.stack([P[:, :3, 0], P[:, :3, 1], P[:, :3, 3]], 1).reshape(n, 9).T[:, None]   # [9,1,N]
-    sm = torch.nn.functional.conv1d(torch.nn.functional.pad(cols, (k//2, k//2), mode='reflect'), w.view(1, 1, -1))[:, 0].T.reshape(n, 3, 3)
+    sm = torch.nn.functional.conv1d(torch.nn.functional.pad(cols, (k//2, k//2), mode='reflect'),
+                                    w.view(1, 1, -1))[:, 0].T.reshape(n, 3, 3)
     r1, r2 = torch.nn.functional.normalize(sm[:, 0], dim=-1), torch.nn.functional.normalize(sm[:, 1], dim=-1)
     out = torch.eye(4, dtype=P.dtype).repeat(n, 1, 1)
     out[:, :3, 0], out[:, :3, 1], out[:, :3, 2], out[:, :3, 3] = r1, r2, torch.linalg.cross(r1, r2), sm[:, 2]
     return out
 
+
+# %% ../nbs/08a_rewards.ipynb #61e5e7c3
 def release_render_path(c2w:torch.Tensor) -> torch.Tensor: # [F,4,4] estimated cameras
     "The release's S_recon render path up to its splice: eased pairwise interpolation, then smoothing."
     import roma
     F = len(c2w)
-    if F > 121: raise NotImplementedError(f"the release's path splices a wander into the first {F} frames beyond 121; got {F}")
+    if F > 121:
+        raise NotImplementedError(f"the release's path splices a wander into the first {F} frames beyond 121; got {F}")
     il, P = _inter_len(F), c2w.double()
     if il > 2:
         t = (torch.cos(torch.pi*(torch.linspace(0, 1, il, dtype=torch.float64) + 1)) + 1)/2
@@ -108,14 +112,17 @@ def release_render_path(c2w:torch.Tensor) -> torch.Tensor: # [F,4,4] estimated c
         P = torch.cat(seg)
     return _smooth_path(P)
 
+
 # %% ../nbs/08a_rewards.ipynb #e7c36828
 def s_traj(rec, traj:Trajectory, form:str='release', **kw) -> tuple[float, dict]: # a Reconstruction; the commanded path
-    "S_traj of the camera path the video shows (`rec.video_c2w`) against the commanded one; NaN with a reason when it cannot score."
-    if kw.get('align') == 'release' and traj.note == NO_CAMERA_PHRASE:       # the release has no trajectory and scores 0
+    ("S_traj of the camera path the video shows (`rec.video_c2w`) against the commanded one; "
+     "NaN with a reason when it cannot score.")
+    if kw.get('align') == 'release' and traj.note == NO_CAMERA_PHRASE:   # the release has no trajectory and scores 0
         return 0.0, dict(alignment='no camera phrase: 0, as reward_3d_backend.py:547-549')
     if not rec.ok: return math.nan, dict(reason=f"reconstruction failed: {rec.reason}")
     est = rec.video_c2w
-    if not torch.isfinite(est).all(): return math.nan, dict(reason=f"camera tracking failed: {rec.info.get('track_reason', 'non-finite poses')}")
+    if not torch.isfinite(est).all():
+        return math.nan, dict(reason=f"camera tracking failed: {rec.info.get('track_reason', 'non-finite poses')}")
     return trajectory_score(est, traj, form=form, **kw)
 
 # %% ../nbs/08a_rewards.ipynb #2feafcb0
@@ -127,7 +134,8 @@ META_RUBRIC = (
     "0-1: empty or noise.\nAnswer with a single digit.")
 
 def meta_view(rec, kind:str='paper', back:float=0.5, up:float=0.1) -> torch.Tensor: # a Reconstruction
-    "The meta-view camera c2w `[4,4]`: 'paper' (behind and above the first camera) or 'release' (the farthest estimated camera)."
+    ("The meta-view camera c2w `[4,4]`: 'paper' (behind and above the first camera) "
+     "or 'release' (the farthest estimated camera).")
     c2w = rec.c2w.double()
     if kind == 'release':
         return c2w[int((c2w[:, :3, 3] - c2w[0, :3, 3]).norm(dim=-1).argmax())]
@@ -139,7 +147,8 @@ def meta_view(rec, kind:str='paper', back:float=0.5, up:float=0.1) -> torch.Tens
     return c2w[0] @ off
 
 def parse_meta_score(reply, scoring:str='integer') -> tuple[float, str]: # a judge.JudgeReply
-    "A [0,1] score from the reply: 'integer' (first digit / 9), 'paper' (first digit x 0.1) or 'expectation' (digit probabilities, / 9)."
+    ("A [0,1] score from the reply: 'integer' (first digit / 9), 'paper' (first digit x 0.1) "
+     "or 'expectation' (digit probabilities, / 9).")
     if not reply.ok: return math.nan, f"judge failed: {reply.error}"
     if scoring == 'expectation' and reply.top_logprobs:
         for tok, top in zip(reply.tokens, reply.top_logprobs):
@@ -148,15 +157,17 @@ def parse_meta_score(reply, scoring:str='integer') -> tuple[float, str]: # a jud
                 p = torch.softmax(torch.tensor(list(digits.values()), dtype=torch.float64), 0)
                 return float((p*torch.tensor(list(digits), dtype=torch.float64)).sum()/9), ''
         return math.nan, f"no digit token in the reply {reply.text!r}"
-    if scoring not in ('integer', 'paper', 'expectation'): raise ValueError(f"scoring must be 'integer', 'paper' or 'expectation', got {scoring!r}")
+    if scoring not in ('integer', 'paper', 'expectation'):
+        raise ValueError(f"scoring must be 'integer', 'paper' or 'expectation', got {scoring!r}")
     m = re.search(r'\d', reply.text)
-    return (int(m.group())*(0.1 if scoring == 'paper' else 1/9), '') if m else (math.nan, f"no digit in the reply {reply.text!r}")
+    if not m: return math.nan, f"no digit in the reply {reply.text!r}"
+    return int(m.group())*(0.1 if scoring == 'paper' else 1/9), ''
 
 # %% ../nbs/08a_rewards.ipynb #b13c6dd3
 def s_meta(rec, judge, view:str='paper', scoring:str='integer', background=(0.5, 0.5, 0.5)) -> tuple[float, dict]:
     "S_meta of one reconstruction: render the meta-view and ask the judge; the image is kept in the info."
     from PIL import Image
-    from worldlab.judge import JudgeRequest
+    from worldlab.judge import JudgeRequest   # lazy: judge is a later notebook (09), needed only for S_meta
     if not rec.ok: return math.nan, dict(reason=f"reconstruction failed: {rec.reason}")
     K = rec.K[0] if rec.K.ndim == 3 else rec.K
     img = render(rec.gaussians, meta_view(rec, view).to(rec.gaussians.means), K.to(rec.gaussians.means), rec.H, rec.W,
@@ -168,7 +179,8 @@ def s_meta(rec, judge, view:str='paper', scoring:str='integer', background=(0.5,
     return score, dict(meta_view_image=pil, judge_reply=reply.text, **({'reason': why} if why else {}))
 
 # %% ../nbs/08a_rewards.ipynb #d13e8128
-def hpsv3_scorer(device:str='cuda', checkpoint:str|None=None): # checkpoint: a local HPSv3 .safetensors (default: the hub's)
+def hpsv3_scorer(device:str='cuda',
+                 checkpoint:str|None=None): # a local HPSv3 .safetensors (default: the hub's)
     "HPSv3's own inferencer: `fn(pil_images, prompts) -> scores`."
     try: from hpsv3 import HPSv3RewardInferencer
     except ImportError as e:
@@ -182,16 +194,22 @@ def hpsv3_scorer(device:str='cuda', checkpoint:str|None=None): # checkpoint: a l
     fn.label = 'HPSv3'
     return fn
 
-def hpsv2_scorer(device:str='cuda', checkpoint:str|None=None): # checkpoint: a local HPS_v2.1_compressed.pt (default: the hub's)
-    "HPSv2.1, the release's R_gen model (`reward_server/general_reward.py:43`), loaded once: `fn(pil_images, prompts) -> scores`."
+
+# %% ../nbs/08a_rewards.ipynb #11fd3293
+def hpsv2_scorer(device:str='cuda',
+                 checkpoint:str|None=None): # a local HPS_v2.1_compressed.pt (default: the hub's)
+    ("HPSv2.1, the release's R_gen model (`reward_server/general_reward.py:43`), loaded once: "
+     "`fn(pil_images, prompts) -> scores`.")
     try: from hpsv2.src.open_clip import create_model_and_transforms, get_tokenizer
     except ImportError as e:
-        raise ImportError("R_gen with HPSv2.1 needs hpsv2: pip install 'worldlab[hpsv2]' (or serve it with `worldlab-rewards "
-                          "--rgen hpsv2`), or pass rgen='standin' for a labelled CPU stand-in") from e
-    model, _, preprocess = create_model_and_transforms('ViT-H-14', None, precision='amp' if 'cuda' in str(device) else 'fp32',
-        device=device, jit=False, force_quick_gelu=False, force_custom_text=False, force_patch_dropout=False, force_image_size=None,
-        pretrained_image=False, image_mean=None, image_std=None, light_augmentation=True, aug_cfg={}, output_dict=True,
-        with_score_predictor=False, with_region_predictor=False)       # the arguments of hpsv2.img_score, without its open_clip download
+        raise ImportError("R_gen with HPSv2.1 needs hpsv2: pip install 'worldlab[hpsv2]' (or serve it with "
+                          "`worldlab-rewards --rgen hpsv2`), or pass rgen='standin' for a labelled CPU stand-in") from e
+    # the arguments of hpsv2.img_score, without its open_clip download
+    model, _, preprocess = create_model_and_transforms(
+        'ViT-H-14', None, precision='amp' if 'cuda' in str(device) else 'fp32', device=device, jit=False,
+        force_quick_gelu=False, force_custom_text=False, force_patch_dropout=False, force_image_size=None,
+        pretrained_image=False, image_mean=None, image_std=None, light_augmentation=True, aug_cfg={},
+        output_dict=True, with_score_predictor=False, with_region_predictor=False)
     if checkpoint is None:
         from huggingface_hub import hf_hub_download
         checkpoint = hf_hub_download('xswu/HPSv2', 'HPS_v2.1_compressed.pt')
@@ -207,8 +225,11 @@ def hpsv2_scorer(device:str='cuda', checkpoint:str|None=None): # checkpoint: a l
     fn.label = 'HPSv2.1'
     return fn
 
+
+# %% ../nbs/08a_rewards.ipynb #586aa6e4
 def standin_quality_scorer():
-    "NOT HPSv3: a CPU stand-in (mean of saturated contrast, colourfulness and sharpness, in [0,1]) for plumbing runs, labelled as such."
+    ("NOT HPSv3: a CPU stand-in (mean of saturated contrast, colourfulness and sharpness, in [0,1]) for plumbing runs, "
+     "labelled as such.")
     def fn(images, prompts):
         out = []
         for im in images:
@@ -221,13 +242,15 @@ def standin_quality_scorer():
     fn.label = 'STAND-IN quality score (not HPSv3)'
     return fn
 
+
+# %% ../nbs/08a_rewards.ipynb #0e03858a
 def _jpeg(im):
     "The image after a JPEG round trip (PIL's default quality), as the release sends frames to its reward servers."
     from PIL import Image
     buf = io.BytesIO(); im.save(buf, format='JPEG'); return Image.open(io.BytesIO(buf.getvalue())).convert('RGB')
 
 def r_gen_reward(scorer, first_k:int=4, # from hpsv3_scorer, hpsv2_scorer or standin_quality_scorer
-                 frames:str='first', # first: mean over the first K frames | random: one random frame for the whole batch (release)
+                 frames:str='first', # first: mean over the first K frames | random: one frame for the batch (release)
                  jpeg:bool=False, seed:int|None=None): # jpeg: score JPEG round trips, as the release's service does
     "R_gen: the scorer's mean over the first K frames of each video (or the release's one random frame)."
     from PIL import Image
@@ -244,38 +267,50 @@ def r_gen_reward(scorer, first_k:int=4, # from hpsv3_scorer, hpsv2_scorer or sta
         return torch.tensor(scores, dtype=torch.float64), dict(model=[scorer.label]*len(videos))
     return fn
 
+
 # %% ../nbs/08a_rewards.ipynb #5922cf96
 def reward_3d(cache:ReconCache, lpips_model=None, judge=None, # judge: None leaves S_meta unscored (NaN)
               parts:dict|None=None, # weights of s_meta, s_recon, s_traj (World-R1: 1 each)
               traj_form:str='release', meta_view_kind:str='paper', meta_scoring:str='integer',
-              traj_align:str='worldlab', recon_path:str='cameras'): # see metrics.trajectory_score(align=) and s_recon(path=)
+              traj_align:str='worldlab', # see metrics.trajectory_score(align=)
+              recon_path:str='cameras'): # see s_recon(path=)
     "R_3D = S_meta + S_recon + S_traj from one shared reconstruction per video."
     parts = parts or dict(s_meta=1.0, s_recon=1.0, s_traj=1.0)
     def one(video, prompt, meta):
         traj = commanded_trajectory(prompt, meta, *video.shape[:1], *video.shape[2:])
         rec = cache(video, traj)
         got, info = {}, dict(recon_psnr=rec.psnr if rec.ok else math.nan)
-        if parts.get('s_recon', 0): got['s_recon'], sub = s_recon(video, rec, lpips_model, recon_path); info |= {f's_recon/{k}': v for k, v in sub.items()}
-        if parts.get('s_traj', 0): got['s_traj'], sub = s_traj(rec, traj, traj_form, **({'align': traj_align} if traj_form == 'release' else {})); info |= {f's_traj/{k}': v for k, v in sub.items() if not isinstance(v, (dict, list))}
+        if parts.get('s_recon', 0):
+            got['s_recon'], sub = s_recon(video, rec, lpips_model, recon_path)
+            info |= {f's_recon/{k}': v for k, v in sub.items()}
+        if parts.get('s_traj', 0):
+            align = {'align': traj_align} if traj_form == 'release' else {}
+            got['s_traj'], sub = s_traj(rec, traj, traj_form, **align)
+            info |= {f's_traj/{k}': v for k, v in sub.items() if not isinstance(v, (dict, list))}
         if parts.get('s_meta', 0):
-            if judge is None: got['s_meta'], sub = math.nan, dict(reason='no judge for S_meta (pass judge=, or set its part weight to 0)')
+            if judge is None:
+                why = 'no judge for S_meta (pass judge=, or set its part weight to 0)'
+                got['s_meta'], sub = math.nan, dict(reason=why)
             else: got['s_meta'], sub = s_meta(rec, judge, meta_view_kind, meta_scoring)
             info |= {f's_meta/{k}': v for k, v in sub.items()}
         reasons = [f"{k}: {info[k + '/reason']}" for k in got if isinstance(info.get(k + '/reason'), str)]
         return sum(parts[k]*v for k, v in got.items()), info | got | ({'reason': '; '.join(reasons)} if reasons else {})
     return lambda videos, prompts, metas: per_video(videos, prompts, metas, one)
 
+
+# %% ../nbs/08a_rewards.ipynb #cfd1e6dc
 REWARD_NAMES = ('reward_3d', 's_recon', 's_traj', 's_meta', 'reward_general')   # what `make_rewards` can build
 
-def make_rewards(recon_backend:str='fit', lpips:str='imagenet', judge=None, rgen:str|None=None, # rgen: 'hpsv3', 'standin' or None
+def make_rewards(recon_backend:str='fit', lpips:str='imagenet', judge=None,
+                 rgen:str|None=None, # 'hpsv3', 'hpsv2', 'standin' or None
                  first_k:int=4, device:str='cpu', recon_opts:dict|None=None, cache:ReconCache|None=None,
                  parts:dict|None=None, # R_3D's components (None: World-R1's s_meta + s_recon + s_traj)
-                 form:str='worldlab', # worldlab | release: the released reward's S_traj, S_recon path, meta view, S_meta scoring, R_gen frame
+                 form:str='worldlab', # worldlab | release: the release's S_traj, S_recon path, S_meta and R_gen
                  **kw) -> dict:
     "The reward registry World-R1 trains with: s_recon, s_traj, s_meta, reward_3d and (with `rgen`) reward_general."
     if form not in ('worldlab', 'release'): raise ValueError(f"form must be 'worldlab' or 'release', got {form!r}")
-    if form == 'release': kw = dict(traj_form='release', traj_align='release', recon_path='release', meta_view_kind='release',
-                                    meta_scoring='expectation') | kw
+    if form == 'release': kw = dict(traj_form='release', traj_align='release', recon_path='release',
+                                    meta_view_kind='release', meta_scoring='expectation') | kw
     cache = cache or ReconCache(recon_backend, **(recon_opts or {}))
     lp = load_lpips(lpips, device)
     out = {'reward_3d': reward_3d(cache, lp, judge, parts=parts, **kw),
@@ -288,12 +323,12 @@ def make_rewards(recon_backend:str='fit', lpips:str='imagenet', judge=None, rgen
     elif rgen is not None: raise ValueError(f"rgen must be 'hpsv3', 'hpsv2', 'standin' or None, got {rgen!r}")
     return out
 
+
 # %% ../nbs/08a_rewards.ipynb #ab2f1010
 def consistency_rerender(rec, traj:Trajectory, along:str='commanded', background=(0.5, 0.5, 0.5)) -> torch.Tensor:
     "Re-render `[F,3,H,W]` of a reconstruction along the commanded (Sim(3)-aligned) or the estimated cameras."
     if along == 'estimated': return rec.rerender()
     if along != 'commanded': raise ValueError(f"along must be 'commanded' or 'estimated', got {along!r}")
-    from worldlab.metrics import align_poses
     _, sim = align_poses(rec.c2w, traj.c2w)
     g = transform_gaussians(rec.gaussians, sim.R, sim.t, float(sim.s))   # SH colours turn with the scene
     K = traj.resized(rec.H, rec.W).K
@@ -301,9 +336,9 @@ def consistency_rerender(rec, traj:Trajectory, along:str='commanded', background
 
 def consistency_eval(videos, trajs, # float [F,3,H,W] videos and their commanded trajectories
                      cache:ReconCache|None=None, lpips_model=None, along:str='commanded', names=None) -> 'pd.DataFrame':
-    "The 3D-consistency table: PSNR / SSIM / LPIPS of each video against its re-render (NaN rows, with a reason, on failure)."
+    ("The 3D-consistency table: PSNR / SSIM / LPIPS of each video against its re-render "
+     "(NaN rows, with a reason, on failure).")
     import pandas as pd
-    from worldlab.metrics import recon_metrics
     cache = cache or ReconCache('fit')
     rows = []
     for i, (v, t) in enumerate(zip(videos, trajs)):
@@ -316,7 +351,8 @@ def consistency_eval(videos, trajs, # float [F,3,H,W] videos and their commanded
 
 # %% ../nbs/08a_rewards.ipynb #b275c3ef
 def dynamics_degree(video:torch.Tensor, rec) -> tuple[float, dict]: # [F,3,H,W] in [0,1]; its Reconstruction
-    "Mean absolute difference (grey levels) between frames 1.. and the rigid reconstruction at the video's tracked cameras; NaN with a reason when it cannot tell."
+    ("Mean absolute difference (grey levels) between frames 1.. and the rigid reconstruction at the video's tracked "
+     "cameras; NaN with a reason when it cannot tell.")
     if not rec.ok: return math.nan, dict(reason=f"reconstruction failed: {rec.reason}")
     cams = rec.video_c2w
     if not torch.isfinite(cams).all(): return math.nan, dict(reason='camera tracking failed')

@@ -15,14 +15,18 @@ __all__ = ['sde_std', 'sde_step', 'release_std', 'release_step', 'unipc_schedule
            'logprob']
 
 # %% ../nbs/11a_sampler.ipynb #d9c52038
-def sde_std(sigma:torch.Tensor, sigma_second:torch.Tensor|float, noise_level:float, near_one:float=1e-3) -> torch.Tensor:
-    "Flow-GRPO's `sqrt(σ/(1−σ))·noise_level`, with σ within `near_one` of 1 replaced by the schedule's second σ in `1 − σ`."
+def sde_std(sigma:torch.Tensor, sigma_second:torch.Tensor|float, noise_level:float,
+            near_one:float=1e-3) -> torch.Tensor:
+    ("Flow-GRPO's `sqrt(σ/(1−σ))·noise_level`, with σ within `near_one` of 1 replaced by the schedule's second σ in `1 "
+     "− σ`.")
     s = torch.as_tensor(sigma, dtype=torch.float64)
     denom = torch.where(s > 1 - near_one, torch.as_tensor(sigma_second, dtype=torch.float64), s)
     return (s/(1 - denom)).sqrt()*noise_level
 
 def sde_step(v:torch.Tensor, x:torch.Tensor, # velocity and latents [B,...]
-             sigma:float, sigma_next:float, sigma_second:float, # this σ, the next, the schedule's second (for the guard)
+             sigma:float, # this σ
+             sigma_next:float, # the next
+             sigma_second:float, # the schedule's second (for the guard)
              noise_level:float=0.7,
              next_sample:torch.Tensor|None=None, # score this sample instead of drawing one
              generator:torch.Generator|None=None, near_one:float=1e-3):
@@ -32,7 +36,8 @@ def sde_step(v:torch.Tensor, x:torch.Tensor, # velocity and latents [B,...]
     mean = torch.add(x*(1 + s*s/(2*sigma)*dt), v, alpha=(1 + s*s*(1 - sigma)/(2*sigma))*dt)
     std = s*math.sqrt(-dt)
     dims = tuple(range(1, x.ndim))
-    if std == 0: return (mean if next_sample is None else next_sample), torch.zeros(x.shape[0], dtype=x.dtype, device=x.device), mean, std
+    if std == 0:
+        return (mean if next_sample is None else next_sample), torch.zeros(x.shape[0], dtype=x.dtype, device=x.device), mean, std
     const = math.log(std) + 0.5*math.log(2*math.pi)
     if next_sample is None:                            # drawn here: (x_next - mean)/std is the noise itself
         eps = torch.randn(x.shape, generator=generator, dtype=x.dtype, device=x.device)
@@ -68,7 +73,8 @@ def unipc_scheduler(policy, num_steps:int):
     return u
 
 def release_sample(policy, emb:torch.Tensor, x0:torch.Tensor, num_steps:int=20, guidance:float=1.0,
-                   neg:torch.Tensor|None=None, window:tuple[int, int]|None=None, inject=None, decode:bool=True) -> Rollout:
+                   neg:torch.Tensor|None=None, window:tuple[int, int]|None=None, inject=None,
+                   decode:bool=True) -> Rollout:
     "The release's rollout: UniPC steps, each result (after injection) kept and scored by `release_step`."
     u = unipc_scheduler(policy, num_steps)
     sig, ts = u.sigmas.float(), u.timesteps
@@ -103,12 +109,14 @@ class Rollout:
     sigmas: torch.Tensor|None = None      # [N+1] the schedule the rollout used (release form: UniPC's)
     timesteps: torch.Tensor|None = None   # [N] the model timesteps it used (release form: UniPC's)
 
+
+# %% ../nbs/11a_sampler.ipynb #78b8e6cf
 def sample(policy, emb:torch.Tensor, x0:torch.Tensor, # policy; prompt embeddings [B,L,D]; initial latents [B,...]
            num_steps:int=20, guidance:float=1.0, neg:torch.Tensor|None=None, noise_level:float=0.7,
            window:tuple[int, int]|None=None, # [start, end) of SDE steps (None: all)
            inject=None, # inject(latents, step) -> latents, after each step
            generator:torch.Generator|None=None, decode:bool=True,
-           form:str='flow_grpo', # flow_grpo: SDE steps in the window | release: World-R1's UniPC rollout (see `release_sample`)
+           form:str='flow_grpo', # flow_grpo: SDE steps in the window | release: World-R1's UniPC rollout (`release_sample`)
           ) -> Rollout:
     "Sample latents (ODE outside the SDE window) and keep the SDE transitions."
     if form == 'release': return release_sample(policy, emb, x0, num_steps, guidance, neg, window, inject, decode)
@@ -120,15 +128,19 @@ def sample(policy, emb:torch.Tensor, x0:torch.Tensor, # policy; prompt embedding
         for i in range(num_steps):
             v = policy.velocity(x, ts[i], emb, neg, guidance)
             if lo <= i < hi:
-                nxt, lp, _, _ = sde_step(v, x, float(sig[i]), float(sig[i + 1]), float(sig[1]), noise_level, generator=generator)
+                nxt, lp, _, _ = sde_step(v, x, float(sig[i]), float(sig[i + 1]), float(sig[1]), noise_level,
+                                         generator=generator)
                 keep_x.append(x); keep_s.append(nxt); keep_lp.append(lp); steps.append(i)
             else: nxt = x + v*(sig[i + 1] - sig[i])
             x = inject(nxt, i) if inject is not None else nxt
-    stack = lambda xs, like: torch.stack(xs, 1) if xs else like.new_zeros(len(like), 0, *like.shape[1:])   # an empty window: pure ODE
+    # an empty window: pure ODE
+    stack = lambda xs, like: torch.stack(xs, 1) if xs else like.new_zeros(len(like), 0, *like.shape[1:])
     roll = Rollout(stack(keep_x, x0), stack(keep_s, x0), stack(keep_lp, x0[:, 0, 0, 0, 0]), steps, x)
     if decode: roll.video = policy.decode(x)
     return roll
 
+
+# %% ../nbs/11a_sampler.ipynb #b5964439
 def logprob(policy, roll:Rollout, j:int, emb:torch.Tensor, num_steps:int, # transition j of the window
             guidance:float=1.0, neg:torch.Tensor|None=None, noise_level:float=0.7, reference:bool=False):
     "`(log_prob [B], mean, std)` of the stored sample of SDE step j under the current (or reference) weights."
@@ -138,7 +150,8 @@ def logprob(policy, roll:Rollout, j:int, emb:torch.Tensor, num_steps:int, # tran
     with ctx:
         v = policy.velocity(roll.latents[:, j], ts[i], emb, neg, guidance)
     if roll.form == 'release':
-        return release_step(v, roll.latents[:, j], float(sig[i]), float(sig[i + 1]), float(sig[0]), float(sig[-1]), roll.samples[:, j])
+        return release_step(v, roll.latents[:, j], float(sig[i]), float(sig[i + 1]), float(sig[0]), float(sig[-1]),
+                            roll.samples[:, j])
     _, lp, mean, std = sde_step(v, roll.latents[:, j], float(sig[i]), float(sig[i + 1]), float(sig[1]), noise_level,
                                 next_sample=roll.samples[:, j])
     return lp, mean, std
@@ -146,3 +159,4 @@ def logprob(policy, roll:Rollout, j:int, emb:torch.Tensor, num_steps:int, # tran
 class _nullcontext:
     def __enter__(self): return self
     def __exit__(self, *a): return False
+

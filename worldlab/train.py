@@ -15,6 +15,8 @@ import torch
 from .core import parse_value, project_root, save_json, save_figure, seed_everything, to_uint8, write_video
 from .config import RunConfig, TrainConfig, fields_help, resolve, split
 from .grpo import Trainer
+from .policy import WanPolicy
+from .prompts import load_world_r1, read_prompt_file
 from .reward_contract import channel_mean_reward
 
 # %% auto #0
@@ -23,10 +25,10 @@ __all__ = ['load_prompt_sets', 'simple_rewards', 'build_rewards', 'load_policy',
 
 # %% ../nbs/13_train.ipynb #b095a7af
 def load_prompt_sets(spec:str, seed:int=0) -> tuple[list[str], list[str]]:
-    "Main and dynamic prompt lists, shuffled by `seed`: a World-R1 variant (else the shipped worldlab-v1 set), mini captions or a text file."
-    from worldlab.prompts import load_world_r1, read_prompt_file
+    ("Main and dynamic prompt lists, shuffled by `seed`: a World-R1 variant (else the shipped worldlab-v1 set), mini "
+     "captions or a text file.")
     if spec == 'mini':
-        from worldlab.miniwan import mini_prompts
+        from worldlab.miniwan import mini_prompts   # lazy: miniwan (corpus, scenes) only for its captions
         mp = mini_prompts()
         main, dyn = mp['main'], mp['dynamic']
     elif spec in ('final', 'enhanced'):
@@ -43,6 +45,8 @@ def load_prompt_sets(spec:str, seed:int=0) -> tuple[list[str], list[str]]:
     random.Random(seed).shuffle(main); random.Random(seed).shuffle(dyn)
     return main, dyn
 
+
+# %% ../nbs/13_train.ipynb #66cf1b14
 def simple_rewards() -> dict:
     "Rewards that make learning visible without any model: red, green, blue and their negations."
     out = {}
@@ -51,38 +55,40 @@ def simple_rewards() -> dict:
         out['-' + name] = (lambda f: (lambda v, p, m: (-f(v, p, m)[0], {})))(channel_mean_reward(i))
     return out
 
+
+# %% ../nbs/13_train.ipynb #145f9d85
 def build_rewards(weights:dict, rc:RunConfig, policy=None) -> dict: # policy: for rgen='mini'
     "The registry for the weighted names: simple rewards, a reward service, or the in-process 3D reward."
     reg = simple_rewards()
     want = [k for k in weights if k not in reg]
     if not want: return reg
     if rc.reward_url:
-        from worldlab.reward_service import remote_reward
+        from worldlab.reward_service import remote_reward   # lazy: only when scoring on a reward service
         return reg | {k: remote_reward(rc.reward_url, k) for k in want}
-    from worldlab.rewards import make_rewards
+    from worldlab.rewards import make_rewards   # lazy: the in-process 3D reward stack (reconstruction, LPIPS)
     judge = None
     if rc.judge_url:
-        from worldlab.judge import OpenAIBackend
+        from worldlab.judge import OpenAIBackend   # lazy: a VLM judge backend, only for S_meta
         judge = OpenAIBackend(rc.judge_url)
     mini = rc.rgen == 'mini'
     if mini and policy is None: raise ValueError("rgen='mini' scores with the base mini-Wan: pass the policy")
     heavy = make_rewards(rc.recon, rc.lpips, judge, None if mini else (rc.rgen or None), device=rc.device,
                          recon_opts=dict(rc.recon_opts), parts=dict(rc.r3d_parts) or None, form=rc.reward_form)
     if mini:
-        from worldlab.miniwan import denoising_quality
+        from worldlab.miniwan import denoising_quality   # lazy: miniwan, only for rgen='mini'
         heavy['reward_general'] = denoising_quality(policy)
     missing = [k for k in want if k not in heavy]
     if missing: raise ValueError(f"rewards {missing} are not available: known {sorted(reg | heavy)} "
                                  "(reward_general needs rgen=hpsv3 or a reward_url service)")
     return reg | heavy
 
+
 # %% ../nbs/13_train.ipynb #a52a6970
 def load_policy(rc:RunConfig):
     "The run's policy: the tiny twin, the shipped mini-Wan, or a Wan2.1 checkpoint."
-    from worldlab.policy import WanPolicy
     if rc.model == 'tiny': return WanPolicy.tiny(seed=0, device=rc.device)
     if rc.model == 'mini':
-        from worldlab.miniwan import load_mini_wan
+        from worldlab.miniwan import load_mini_wan   # lazy: miniwan, only for model='mini'
         return load_mini_wan(device=rc.device)
     return WanPolicy.from_pretrained(rc.model, rc.device, rc.dtype)
 
@@ -103,7 +109,9 @@ def make_trainer(params:dict|tuple, # (TrainConfig, RunConfig), or a flat dict o
     trainer.run_config = rc
     return trainer
 
-def train(params:dict|tuple, # (TrainConfig, RunConfig), e.g. config.resolve('tiny', overrides), or a flat dict of their fields
+
+# %% ../nbs/13_train.ipynb #1b3bb63e
+def train(params:dict|tuple, # (TrainConfig, RunConfig), e.g. resolve('tiny', overrides), or a flat dict of their fields
           run_dir:str|Path, progress:bool=True, trainer:Trainer|None=None) -> pd.DataFrame:
     "Train (resuming from `run_dir/checkpoint.pt` when present), log a row per step to `metrics.csv`; the history."
     trainer = trainer or make_trainer(params, run_dir)
@@ -111,26 +119,31 @@ def train(params:dict|tuple, # (TrainConfig, RunConfig), e.g. config.resolve('ti
     main_p, dyn_p = trainer.prompts['main'], trainer.prompts['dynamic']
     log_path = run_dir/'metrics.csv'
     if trainer.acc.is_main_process:
-        save_json(dict(train=dataclasses.asdict(tc), run=dataclasses.asdict(rc), prompts=dict(main=len(main_p), dynamic=len(dyn_p)),
+        save_json(dict(train=dataclasses.asdict(tc), run=dataclasses.asdict(rc),
+                       prompts=dict(main=len(main_p), dynamic=len(dyn_p)),
                        processes=trainer.acc.num_processes, sharded=trainer.sharded), run_dir/'config.json')
     def log(m):
         row = pd.DataFrame([m])                                                # phases log different reward columns:
         if log_path.exists(): row = pd.concat([pd.read_csv(log_path), row])    # rewrite under the union of the headers
         row.to_csv(log_path.with_suffix('.tmp'), index=False); log_path.with_suffix('.tmp').replace(log_path)
-        if rc.sample_every and m['step'] % rc.sample_every == 0: write_sample(trainer, main_p[0], run_dir/f"sample_{m['step']:05d}.mp4")
+        if rc.sample_every and m['step'] % rc.sample_every == 0:
+            write_sample(trainer, main_p[0], run_dir/f"sample_{m['step']:05d}.mp4")
     trainer.fit(rc.steps, rc.checkpoint_every, log=log, progress=progress)
     return pd.read_csv(log_path).drop_duplicates('step', keep='last') if log_path.exists() else pd.DataFrame()
 
 def write_sample(trainer:Trainer, prompt:str, path:Path):
     "One ODE sample of `prompt` from the trainer's camera noise (fixed seed, its injection and guidance), as an mp4."
-    from worldlab.sampler import sample
+    from worldlab.sampler import sample   # looked up when called, so a test can spy on sampler.sample
     policy, tc = trainer.policy, trainer.cfg
     with torch.no_grad():
-        x0, inject = trainer.initial_noise(prompt, 0, n=1, seed=tc.seed)       # the same noise at every step: progress is comparable
+        # the same noise at every step: progress is comparable
+        x0, inject = trainer.initial_noise(prompt, 0, n=1, seed=tc.seed)
         v = sample(policy, policy.encode([prompt]), x0.to(policy.device), tc.num_steps, tc.guidance_scale, trainer.neg,
                    noise_level=0.0, inject=inject).video[0]
     write_video(path, to_uint8(v.float().cpu()), fps=8)
 
+
+# %% ../nbs/13_train.ipynb #69f96adf
 def plot_training(hist:pd.DataFrame):
     "Plotly curves of the reward, its components, advantages, KL, clip fraction and zero-std ratio."
     import plotly.express as px
@@ -139,19 +152,24 @@ def plot_training(hist:pd.DataFrame):
                   facet_col_wrap=3, markers=True, hover_data=['phase'], title='GRPO training')
     return fig.update_yaxes(matches=None)
 
+
 # %% ../nbs/13_train.ipynb #6d4504cd
 class _HelpFormat(argparse.ArgumentDefaultsHelpFormatter, argparse.RawDescriptionHelpFormatter): pass
 
 def main(argv=None):
     "`worldlab-train --preset P [-p key value ...] --run-dir D`: one training run, on as many processes as launched."
-    ap = argparse.ArgumentParser(prog='worldlab-train', description='Flow-GRPO training (launch with accelerate or torchrun for many processes).',
+    ap = argparse.ArgumentParser(prog='worldlab-train',
+                                 description='Flow-GRPO training (launch with accelerate or torchrun for many '
+                                             'processes).',
                                  epilog=fields_help(), formatter_class=_HelpFormat)
     ap.add_argument('--preset', default='tiny', help='a settings.ini preset (tiny, wan2.1-1.3b, wan2.1-14b)')
-    ap.add_argument('-p', '--param', nargs=2, action='append', default=[], metavar=('KEY', 'VALUE'), help='override a field (see below)')
+    ap.add_argument('-p', '--param', nargs=2, action='append', default=[], metavar=('KEY', 'VALUE'),
+                    help='override a field (see below)')
     ap.add_argument('--run-dir', required=True, help='the run folder (re-using it resumes)')
     ap.add_argument('--quiet', action='store_true', help='no progress bar')
     a = ap.parse_args(argv)
-    try: cfgs = resolve(a.preset, {k: parse_value(v) for k, v in a.param})     # the one resolver `worldlab run train` uses too
+    # the one resolver `worldlab run train` uses too
+    try: cfgs = resolve(a.preset, {k: parse_value(v) for k, v in a.param})
     except (KeyError, ValueError, TypeError) as e: ap.exit(2, f"worldlab-train: {e.args[0] if e.args else e}\n")
     try: hist = train(cfgs, a.run_dir, progress=not a.quiet)
     except ValueError as e: ap.exit(2, f"worldlab-train: {e}\n")

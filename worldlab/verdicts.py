@@ -10,8 +10,8 @@ from collections import Counter
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from .chunks import IMAGE_NAMES, IDLE_LABEL
-from .core import save_json
+from .chunks import IMAGE_NAMES, IDLE_LABEL, pair_from_dict, render_pair
+from .core import save_json, to_uint8, write_video
 from .judge import JudgeRequest, JudgeReply
 
 # %% auto #0
@@ -41,10 +41,13 @@ def action_guide(label:str) -> str:
     if not atoms: return "no camera motion at all: the content should stay still (no shift, zoom or tilt)"
     seen = ', and '.join(ON_SCREEN.get(a, f"{a} (as named)") for a in atoms)
     banned = [w for w, keys in (('zoom in or out', ('Forward', 'Backward')), ('sideways drift', ('Left', 'Right')),
-                                ('turning left or right', ('YawLeft', 'YawRight')), ('tilting up or down', ('PitchUp', 'PitchDown')))
+                                ('turning left or right', ('YawLeft', 'YawRight')),
+                                ('tilting up or down', ('PitchUp', 'PitchDown')))
               if not set(keys) & set(atoms)]
     return seen + ('; all of these at once' if len(atoms) > 1 else '') + (f"; and no {', no '.join(banned)}" if banned else '')
 
+
+# %% ../nbs/10a_verdicts.ipynb #d7f7eb5d
 def chunk_prompt(caption:str, labels:list[str]) -> str:
     "The question for one chunk's six images."
     slots = '\n'.join(f"  Action {i + 1}: {lab}  (expected: {action_guide(lab)})" for i, lab in enumerate(labels))
@@ -67,6 +70,7 @@ Reply with JSON only, in exactly this form ("winner" is "A", "B" or "Tie"; "over
 "visual_quality": {{"temporal_consistency": {{"video_a_analysis": "...", "video_b_analysis": "...", "winner": "Tie"}},
 "dynamic_generation_quality": {{...}}, "artifacts_and_structure_integrity": {{...}}, "overall_summary": "...",
 "overall_winner": "B"}}}}"""
+
 
 # %% ../nbs/10a_verdicts.ipynb #38ea44bf
 @dataclass
@@ -104,21 +108,27 @@ def _find_payload(o):
             if (f := _find_payload(v)) is not None: return f
     return None
 
+
+# %% ../nbs/10a_verdicts.ipynb #e9dc1e3d
 def validate_payload(p:dict) -> str|None:
     "Why a parsed payload is not a complete, valid verdict (None when it is)."
     ok = lambda s: isinstance(s, str) and s.strip()
     ac, vq = p.get('action_control'), p.get('visual_quality')
     if not isinstance(ac, dict): return "action_control must be an object"
     acts = ac.get('actions')
-    if not isinstance(acts, list) or len(acts) != 4: return f"action_control.actions must hold 4 items, got {len(acts) if isinstance(acts, list) else type(acts).__name__}"
+    if not isinstance(acts, list) or len(acts) != 4:
+        return f"action_control.actions must hold 4 items, got {len(acts) if isinstance(acts, list) else type(acts).__name__}"
     for i, a in enumerate(acts, 1):
         if not isinstance(a, dict): return f"action_control.actions[{i - 1}] must be an object"
-        if a.get('action_id') != i: return f"action_control.actions[{i - 1}].action_id must be {i}, got {a.get('action_id')!r}"
+        if a.get('action_id') != i:
+            return f"action_control.actions[{i - 1}].action_id must be {i}, got {a.get('action_id')!r}"
         for k in ('action_label', 'video_a_analysis', 'video_b_analysis'):
             if not ok(a.get(k)): return f"action_control.actions[{i - 1}].{k} must be a non-empty string"
-        if a.get('winner') not in ('A', 'B', 'Tie'): return f"action_control.actions[{i - 1}].winner is {a.get('winner')!r}"
+        if a.get('winner') not in ('A', 'B', 'Tie'):
+            return f"action_control.actions[{i - 1}].winner is {a.get('winner')!r}"
     if not ok(ac.get('overall_summary')): return "action_control.overall_summary must be a non-empty string"
-    if ac.get('overall_winner') not in ('A', 'B'): return f"action_control.overall_winner is {ac.get('overall_winner')!r}, not A or B"
+    if ac.get('overall_winner') not in ('A', 'B'):
+        return f"action_control.overall_winner is {ac.get('overall_winner')!r}, not A or B"
     if not isinstance(vq, dict): return "visual_quality must be an object"
     for k in VISUAL_CRITERIA:
         v = vq.get(k)
@@ -127,8 +137,10 @@ def validate_payload(p:dict) -> str|None:
             if not ok(v.get(f)): return f"visual_quality.{k}.{f} must be a non-empty string"
         if v.get('winner') not in ('A', 'B', 'Tie'): return f"visual_quality.{k}.winner is {v.get('winner')!r}"
     if not ok(vq.get('overall_summary')): return "visual_quality.overall_summary must be a non-empty string"
-    if vq.get('overall_winner') not in ('A', 'B'): return f"visual_quality.overall_winner is {vq.get('overall_winner')!r}, not A or B"
+    if vq.get('overall_winner') not in ('A', 'B'):
+        return f"visual_quality.overall_winner is {vq.get('overall_winner')!r}, not A or B"
     return None
+
 
 # %% ../nbs/10a_verdicts.ipynb #79c44ad2
 _W = r'"winner"\s*:\s*"(A|B|Tie)"'
@@ -145,7 +157,8 @@ def _recover(t:str) -> ChunkVerdict|None:
     crit = {k: (m.group(1) if (m := re.search(rf'"{k}"\s*:\s*\{{[^{{}}]*?{_W}', vq, re.S)) else None) for k in VISUAL_CRITERIA}
     vo = re.search(_OW, vq)
     v = ChunkVerdict(acts + [None]*(4 - len(acts)), ov.group(1) if ov else None, crit['temporal_consistency'],
-                     crit['dynamic_generation_quality'], crit['artifacts_and_structure_integrity'], vo.group(1) if vo else None, True)
+                     crit['dynamic_generation_quality'], crit['artifacts_and_structure_integrity'],
+                     vo.group(1) if vo else None, True)
     return v if (acts or ov or any(crit.values())) else None
 
 def parse_verdict(text:str|None) -> tuple[ChunkVerdict|None, str|None]:
@@ -157,8 +170,10 @@ def parse_verdict(text:str|None) -> tuple[ChunkVerdict|None, str|None]:
     if p is not None:
         if (why := validate_payload(p)) is not None: return None, f"invalid verdict: {why}"
         ac, vq = p['action_control'], p['visual_quality']
-        return ChunkVerdict([a['winner'] for a in ac['actions']], ac['overall_winner'], vq['temporal_consistency']['winner'],
-                            vq['dynamic_generation_quality']['winner'], vq['artifacts_and_structure_integrity']['winner'],
+        return ChunkVerdict([a['winner'] for a in ac['actions']], ac['overall_winner'],
+                            vq['temporal_consistency']['winner'],
+                            vq['dynamic_generation_quality']['winner'],
+                            vq['artifacts_and_structure_integrity']['winner'],
                             vq['overall_winner']), None
     if (v := _recover(t)) is not None: return v, None
     return None, "no verdict JSON and no recoverable winners in the reply"
@@ -202,6 +217,8 @@ def _soft_overall(reply:JudgeReply, key:str='action_control') -> float|None:
         seen_key = seen_key or key in text
     return None
 
+
+# %% ../nbs/10a_verdicts.ipynb #421a0a0a
 def judge_chunks(records:list[dict], # chunk records from `render_pairs` / `render_pair`
                  chunk_root:str|Path, judge, # where the chunks are; a JudgeBackend
                  retries:int=1, max_tokens:int=4096, logprobs:int|None=None, force:bool=False) -> list[dict]:
@@ -211,7 +228,8 @@ def judge_chunks(records:list[dict], # chunk records from `render_pairs` / `rend
     results = {}
     for r in records:
         f = folder(r)/'verdict.json'
-        if not force and f.exists() and (old := json.loads(f.read_text())).get('ok'): results[(r['pair_id'], r['chunk_id'])] = old
+        if not force and f.exists() and (old := json.loads(f.read_text())).get('ok'):
+            results[(r['pair_id'], r['chunk_id'])] = old
     pending = [r for r in records if (r['pair_id'], r['chunk_id']) not in results]
     attempts = Counter()
     for round_ in range(retries + 1):
@@ -222,9 +240,11 @@ def judge_chunks(records:list[dict], # chunk records from `render_pairs` / `rend
         for r, rep in zip(pending, replies):
             key = (r['pair_id'], r['chunk_id']); attempts[key] += 1
             v, err = parse_verdict(rep.text) if rep.ok else (None, f"judge error: {rep.error}")
-            out = dict(pair_id=r['pair_id'], chunk_id=r['chunk_id'], ok=v is not None, error=err, attempts=attempts[key],
+            out = dict(pair_id=r['pair_id'], chunk_id=r['chunk_id'], ok=v is not None, error=err,
+                       attempts=attempts[key],
                        verdict=asdict(v) if v else None, soft_action=_soft_overall(rep, 'action_control'),
-                       soft_visual=_soft_overall(rep, 'visual_quality'), seconds=rep.seconds, judge=getattr(judge, 'name', '?'),
+                       soft_visual=_soft_overall(rep, 'visual_quality'), seconds=rep.seconds,
+                       judge=getattr(judge, 'name', '?'),
                        reply=rep.text if v is None or v.recovered else None)
             save_json(out, folder(r)/'verdict.json')
             results[key] = out
@@ -232,6 +252,8 @@ def judge_chunks(records:list[dict], # chunk records from `render_pairs` / `rend
         pending = still
     return [results[(r['pair_id'], r['chunk_id'])] for r in records]
 
+
+# %% ../nbs/10a_verdicts.ipynb #13576835
 def pair_verdicts(results:list[dict]) -> dict[str, dict]:
     "Video-level verdicts per pair from `judge_chunks` results (failed chunks do not vote)."
     by = {}
@@ -239,6 +261,7 @@ def pair_verdicts(results:list[dict]) -> dict[str, dict]:
         by.setdefault(r['pair_id'], [])
         if r['ok']: by[r['pair_id']].append(ChunkVerdict(**r['verdict']))
     return {pid: vote(vs) for pid, vs in by.items()}
+
 
 # %% ../nbs/10a_verdicts.ipynb #de64aa26
 def swap_pair(pair):
@@ -309,8 +332,6 @@ def win_rate_reward(judge, # a JudgeBackend
     "A reward in worldlab's contract: `fn(videos [B,F,3,H,W], prompts, metas) -> (scores [B], info)`."
     import numpy as np, torch
     from PIL import Image
-    from worldlab.chunks import pair_from_dict, render_pair
-    from worldlab.core import to_uint8, write_video
     work = Path(work_dir)
     def fn(videos, prompts, metas):
         B = len(videos)
@@ -330,9 +351,11 @@ def win_rate_reward(judge, # a JudgeBackend
             fpa = frames_per_action or max(1, F//len(m0['actions']))
             o_act, o_vis = [], []
             for (i, j) in pair_schedule(len(members), seed + hash(str(gid)) % 1000):
-                d = dict(pair_id=f'{gid}-{i}-{j}', input_image=str(src), input_caption=prompts[members[0]], actions=m0['actions'],
+                d = dict(pair_id=f'{gid}-{i}-{j}', input_image=str(src), input_caption=prompts[members[0]],
+                         actions=m0['actions'],
                          frames_per_action=fpa, left=dict(video=str(paths[i])), right=dict(video=str(paths[j])))
-                res = judge_chunks(render_pair(pair_from_dict(d, gdir), gdir/'chunks'), gdir/'chunks', judge, retries=retries, logprobs=5 if soft else None)
+                res = judge_chunks(render_pair(pair_from_dict(d, gdir), gdir/'chunks'), gdir/'chunks', judge,
+                                   retries=retries, logprobs=5 if soft else None)
                 ok = [r for r in res if r['ok']]
                 verdict = vote([ChunkVerdict(**r['verdict']) for r in ok])
                 for axis, sk, acc in (('action', 'soft_action', o_act), ('appearance', 'soft_visual', o_vis)):
