@@ -16,7 +16,7 @@ import roma
 import torch
 
 from .camera import PRIMITIVES, COMPOSITES, trajectory_from_prompt
-from .core import save_json
+from .core import read_video, save_json
 from .prompts import camera_phrase
 from .scenes import CATEGORIES, World, scene_category, box, column, make_world, render_video, save_clip, load_clip, sphere
 from .splat import concat
@@ -192,7 +192,6 @@ def read_corpus(folder:str|Path) -> pd.DataFrame:
 def frame_strip(paths:list, # clips to show, one row each
                 frames:int=5) -> np.ndarray:
     "An image `uint8 [rows*H, frames*W, 3]`: `frames` evenly spaced frames of each clip, side by side."
-    from worldlab.core import read_video
     rows = []
     for p in paths:
         v, _ = read_video(p)
