@@ -14,7 +14,7 @@ import roma
 import torch
 
 from .camera import TRAJECTORY_KEYS, Trajectory, Motion, compose, trajectory_from_dict, trajectory_to_dict
-from .core import save_json, to_uint8, write_video
+from .core import read_video, save_json, to_uint8, write_video
 from .splat import Gaussians, concat, render
 
 # %% auto #0
@@ -49,7 +49,7 @@ def texture(uv:torch.Tensor, # [N,2] surface coordinates (world units)
     jitter = 0.06*torch.randn(len(uv), 3, generator=g)
     return (palette[0]*(1 - t[:, None]) + palette[1]*t[:, None] + jitter).clamp(0, 1)
 
-# %% ../nbs/05_scenes.ipynb #2f7e5ff5
+# %% ../nbs/05_scenes.ipynb #5ab52ccd
 def _frame_quats(t1:torch.Tensor, t2:torch.Tensor) -> torch.Tensor: # [N,3] two tangents
     "w-x-y-z quaternions of rotations whose x and y axes are the tangents and z the normal."
     a = torch.nn.functional.normalize(t1, dim=-1)
@@ -65,6 +65,7 @@ def surfels(points:torch.Tensor, t1:torch.Tensor, t2:torch.Tensor, # [N,3] centr
     sc = torch.tensor([0.8*spacing, 0.8*spacing, 0.05*spacing]).expand(n, 3).clone()
     return Gaussians(points.float(), _frame_quats(t1.float(), t2.float()), sc, torch.full((n,), opacity), colors.float())
 
+# %% ../nbs/05_scenes.ipynb #54f415a0
 def patch(origin, u_axis, v_axis, # corner [3] and the two edges [3] of a parallelogram (world units)
           spacing:float, kind:str, palette, seed:int=0, scale:float=0.15, generator=None) -> Gaussians:
     "A textured planar patch of surfels."
@@ -91,6 +92,7 @@ def box(center, size, spacing:float, kind:str, palette, seed:int=0, yaw:float=0.
             faces.append(patch(c + R@o, R@U, R@V, spacing, kind, palette, seed + 7*ax + sign, generator=generator))
     return concat(faces)
 
+# %% ../nbs/05_scenes.ipynb #721d3f76
 def sphere(center, radius:float, spacing:float, kind:str, palette, seed:int=0, squash=(1., 1., 1.), generator=None) -> Gaussians:
     "A textured (optionally squashed) sphere of surfels, sampled on a Fibonacci lattice."
     n = max(8, int(4*math.pi*radius**2/spacing**2))
@@ -104,6 +106,7 @@ def sphere(center, radius:float, spacing:float, kind:str, palette, seed:int=0, s
     cols = texture(torch.stack([(th % (2*math.pi))*radius, phi*radius], -1), kind, torch.as_tensor(palette, dtype=torch.float32), seed)
     return surfels(pts, t1, t2, cols, spacing)
 
+# %% ../nbs/05_scenes.ipynb #5252b00b
 def column(base, radius:float, height:float, spacing:float, kind:str, palette, seed:int=0, generator=None) -> Gaussians:
     "A textured vertical cylinder standing on `base` (y down: it rises towards -y)."
     nr, nh = max(6, int(2*math.pi*radius/spacing)), max(2, int(height/spacing))
@@ -219,7 +222,6 @@ def save_clip(path:str|Path, # the mp4 to write; the sidecar goes next to it as 
 
 def load_clip(path:str|Path) -> tuple[np.ndarray, Trajectory, dict]:
     "Frames, the trajectory and the metadata of a clip written by `save_clip`."
-    from worldlab.core import read_video
     path = Path(path)
     meta = json.loads(path.with_suffix('.json').read_text())
     frames, _ = read_video(path)
@@ -260,7 +262,7 @@ def _smooth_field(x:torch.Tensor, g:torch.Generator, waves:int=4, wavelength:flo
         d = d + amp*torch.sin(x @ k + 2*math.pi*torch.rand((), generator=g))[:, None]
     return d/math.sqrt(waves/2)
 
-# %% ../nbs/05_scenes.ipynb #6f5fdf5f
+# %% ../nbs/05_scenes.ipynb #62a81a5e
 def _per_frame(world, traj, fn, background):
     "Render a clip whose scene changes per frame: `fn(t) -> Gaussians`."
     return render_video([fn(t) for t in range(len(traj))], traj, background)
@@ -277,6 +279,7 @@ def _frozen_camera(world, traj, clean, s, g, bg):
     still = _blend_poses(traj.c2w, traj.c2w[:1].expand_as(traj.c2w), s)
     return render_video(world, replace(traj, c2w=still), bg), {}
 
+# %% ../nbs/05_scenes.ipynb #2b94eee8
 def _wobble(world, traj, clean, s, g, bg):
     G = world.gaussians
     seeds = torch.randint(0, 2**31, (len(traj),), generator=g).tolist()
@@ -295,6 +298,7 @@ def _texture_flicker(world, traj, clean, s, g, bg):
     noise = [torch.zeros(len(G), 3)] + [s*torch.randn(len(G), 3, generator=g) for _ in range(len(traj) - 1)]
     return _per_frame(world, traj, lambda t: replace(G, colors=(G.colors + noise[t]).clamp(0, 1)), bg), {}
 
+# %% ../nbs/05_scenes.ipynb #306e9dee
 def _billboard(world, traj, clean, s, g, bg):
     G = world.gaussians
     w2c0 = torch.linalg.inv(traj.c2w[0]).float()
@@ -319,6 +323,7 @@ def _object_motion(world, traj, clean, s, g, bg):
         return replace(G, means=m)
     return _per_frame(world, traj, scene, bg), dict(part=world.subject)
 
+# %% ../nbs/05_scenes.ipynb #1cb3beb4
 INTERVENTIONS = {  # name: (function, property, legitimate, default strength)
     'frame_shuffle': (_frame_shuffle, 'temporal_order', False, 0.5),
     'time_reversal': (_time_reversal, 'temporal_direction', False, 1.0),
