@@ -67,7 +67,8 @@ class PromptRecord:
         if self.subcategory is not None and (self.category is None or self.subcategory not in CATEGORIES[self.category]):
             raise ValueError(f"{at}: field 'subcategory' {self.subcategory!r} is not one of {self.category}'s "
                              f"{CATEGORIES.get(self.category, ())}")
-        if self.layout not in LAYOUTS: raise ValueError(f"{at}: field 'layout' is {self.layout!r}; valid: {', '.join(LAYOUTS)}")
+        if self.layout not in LAYOUTS: raise ValueError(f"{at}: field 'layout' is {self.layout!r}; valid: "
+                                                        f"{', '.join(LAYOUTS)}")
         if self.split not in SPLITS: raise ValueError(f"{at}: field 'split' is {self.split!r}; valid: {', '.join(SPLITS)}")
         return self
 
@@ -202,8 +203,10 @@ def category_camera_heatmap(records:list[PromptRecord], title:str=''):
 CATEGORY_WEIGHTS = {'natural_landscapes': 33, 'urban_architecture': 26, 'micro_still_life': 65,
                     'fantasy_surrealism': 46, 'artistic_styles': 13}
 _ALL_MOVES = ('push_in', 'pull_out', 'move_left', 'move_right', 'orbit_left', 'orbit_right', 'pan_left', 'pan_right')
-CAMERA_POOLS = {c: _ALL_MOVES + ('pull_left', 'pull_right') for c in ('natural_landscapes', 'urban_architecture', 'fantasy_surrealism')}
-CAMERA_POOLS |= {'micro_still_life': _ALL_MOVES, 'artistic_styles': _ALL_MOVES, 'dynamic': _ALL_MOVES + ('pull_left', 'pull_right', 'fixed')}
+CAMERA_POOLS = {c: _ALL_MOVES + ('pull_left', 'pull_right') for c in ('natural_landscapes', 'urban_architecture',
+                                                                      'fantasy_surrealism')}
+CAMERA_POOLS |= {'micro_still_life': _ALL_MOVES, 'artistic_styles': _ALL_MOVES,
+                 'dynamic': _ALL_MOVES + ('pull_left', 'pull_right', 'fixed')}
 AFFORDS = {'push_in': 'depth', 'orbit_left': 'centred', 'orbit_right': 'centred', 'pull_out': 'reveal',
            'move_left': 'lateral', 'move_right': 'lateral', 'pan_left': 'wide', 'pan_right': 'wide',
            'pull_left': 'wide', 'pull_right': 'wide', 'fixed': 'moving'}
@@ -461,7 +464,8 @@ def plan_prompts(n_train:int=3000, n_dynamic:int=500, n_test:int=300, # sizes of
                 first = pool[i % len(pool)]
                 cams = [first]
                 if first not in COMPOSITES and first != 'fixed' and rnd.random() < chain_fraction:
-                    undo = first.rsplit('_', 1)[0] + ('_right' if first.endswith('_left') else '_left')   # no move then its undo
+                    # no move then its undo
+                    undo = first.rsplit('_', 1)[0] + ('_right' if first.endswith('_left') else '_left')
                     cams.append(rnd.choice([c for c in pool if c not in COMPOSITES and c not in ('fixed', first, undo)]))
                 cams = [c2 for c in cams for c2 in COMPOSITES.get(c, (c,))]
                 need = AFFORDS[first if first not in COMPOSITES else 'pan_left']
@@ -492,7 +496,8 @@ def generate_prompts(plan:list[PlanItem], write=None, # write(item, rnd) -> text
             text = write(item, rnd)
             key = re.sub(r'\W+', ' ', text.lower()).strip()
             if key not in seen: break
-        else: raise ValueError(f"{item.id}: no new prompt after {max_tries} tries; the vocabulary of {item.subcategory} is exhausted")
+        else: raise ValueError(f"{item.id}: no new prompt after {max_tries} tries; the vocabulary of "
+                               f"{item.subcategory} is exhausted")
         seen.add(key)
         rec = PromptRecord.from_text(text, item.split, item.id, category=item.category, subcategory=item.subcategory,
                                      dynamic=item.split == 'dynamic')
@@ -529,9 +534,11 @@ def llm_writer(chat, # chat(messages: list[dict]) -> str
         why = None
         for _ in range(max_attempts):
             user = (f"Category: {item.category.replace('_', ' ')} ({item.subcategory.replace('_', ' ')}).\n"
-                    f"Subject: {item.subject}.\nCamera movement to suit: {', then '.join(c.replace('_', ' ') for c in item.cameras)}."
+                    f"Subject: {item.subject}.\nCamera movement to suit: "
+                    f"{', then '.join(c.replace('_', ' ') for c in item.cameras)}."
                     + (f"\nYour previous answer was rejected: {why}. Fix that." if why else ''))
-            body = chat([{'role': 'system', 'content': CINEMATOGRAPHER.format(min_chars=min_chars, max_chars=max_chars)},
+            body = chat([{'role': 'system',
+                          'content': CINEMATOGRAPHER.format(min_chars=min_chars, max_chars=max_chars)},
                          {'role': 'user', 'content': user}])
             why = validate_body(body, min_chars, max_chars)
             if why is None: return camera_phrase(item.cameras) + ' ' + re.sub(r'\s+', ' ', body).strip()
@@ -549,7 +556,8 @@ def transformers_chat(model_id:str, # a local path or hub id of a chat model
     model = AutoModelForCausalLM.from_pretrained(model_id, torch_dtype=pick_dtype('auto', dev)).to(dev).eval()
     def chat(messages):
         ids = tok.apply_chat_template(messages, add_generation_prompt=True, return_tensors='pt').to(dev)
-        out = model.generate(ids, max_new_tokens=max_new_tokens, do_sample=temperature > 0, temperature=temperature or None)
+        out = model.generate(ids, max_new_tokens=max_new_tokens, do_sample=temperature > 0,
+                             temperature=temperature or None)
         return tok.decode(out[0, ids.shape[1]:], skip_special_tokens=True)
     return chat
 
@@ -567,7 +575,8 @@ def save_prompt_set(records:list[PromptRecord], folder:str|Path) -> Path:
     for split in SPLITS:
         rs = [r for r in records if r.split == split]
         if not rs: continue
-        (folder/f'{split}.jsonl').write_text(''.join(json.dumps(asdict(r), ensure_ascii=False) + '\n' for r in rs), encoding='utf-8')
+        (folder/f'{split}.jsonl').write_text(''.join(json.dumps(asdict(r), ensure_ascii=False) + '\n' for r in rs),
+                                             encoding='utf-8')
         (folder/f'{split}.txt').write_text(''.join(r.text + '\n' for r in rs), encoding='utf-8')
     return folder
 

@@ -63,7 +63,8 @@ def surfels(points:torch.Tensor, t1:torch.Tensor, t2:torch.Tensor, # [N,3] centr
     "Flat Gaussians (surface elements) at `points`, sized to cover a surface sampled every `spacing`."
     n = len(points)
     sc = torch.tensor([0.8*spacing, 0.8*spacing, 0.05*spacing]).expand(n, 3).clone()
-    return Gaussians(points.float(), _frame_quats(t1.float(), t2.float()), sc, torch.full((n,), opacity), colors.float())
+    return Gaussians(points.float(), _frame_quats(t1.float(), t2.float()), sc, torch.full((n,), opacity),
+                     colors.float())
 
 # %% ../nbs/05_scenes.ipynb #54f415a0
 def patch(origin, u_axis, v_axis, # corner [3] and the two edges [3] of a parallelogram (world units)
@@ -93,7 +94,8 @@ def box(center, size, spacing:float, kind:str, palette, seed:int=0, yaw:float=0.
     return concat(faces)
 
 # %% ../nbs/05_scenes.ipynb #721d3f76
-def sphere(center, radius:float, spacing:float, kind:str, palette, seed:int=0, squash=(1., 1., 1.), generator=None) -> Gaussians:
+def sphere(center, radius:float, spacing:float, kind:str, palette, seed:int=0, squash=(1., 1., 1.),
+           generator=None) -> Gaussians:
     "A textured (optionally squashed) sphere of surfels, sampled on a Fibonacci lattice."
     n = max(8, int(4*math.pi*radius**2/spacing**2))
     i = torch.arange(n) + 0.5
@@ -103,7 +105,8 @@ def sphere(center, radius:float, spacing:float, kind:str, palette, seed:int=0, s
     pts = torch.as_tensor(center, dtype=torch.float32) + radius*d*sq
     t1 = torch.nn.functional.normalize(torch.cross(d, torch.tensor([0., 1, 0]).expand(n, 3) + 1e-3, dim=-1), dim=-1)
     t2 = torch.cross(d, t1, dim=-1)
-    cols = texture(torch.stack([(th % (2*math.pi))*radius, phi*radius], -1), kind, torch.as_tensor(palette, dtype=torch.float32), seed)
+    cols = texture(torch.stack([(th % (2*math.pi))*radius, phi*radius], -1), kind,
+                   torch.as_tensor(palette, dtype=torch.float32), seed)
     return surfels(pts, t1, t2, cols, spacing)
 
 # %% ../nbs/05_scenes.ipynb #5252b00b
@@ -119,8 +122,10 @@ def column(base, radius:float, height:float, spacing:float, kind:str, palette, s
     return surfels(pts, t1, torch.tensor([0., 1, 0]).expand(len(pts), 3), cols, spacing)
 
 # %% ../nbs/05_scenes.ipynb #0929c90a
-CATEGORIES = ('natural_landscapes', 'urban_architecture', 'micro_still_life', 'fantasy_surrealism')   # prompts.CATEGORIES' names
-CATEGORY_ALIASES = {'natural_landscape': 'natural_landscapes', 'still_life': 'micro_still_life', 'fantasy': 'fantasy_surrealism'}  # old names on disk
+# prompts.CATEGORIES' names
+CATEGORIES = ('natural_landscapes', 'urban_architecture', 'micro_still_life', 'fantasy_surrealism')
+CATEGORY_ALIASES = {'natural_landscape': 'natural_landscapes', 'still_life': 'micro_still_life',
+                    'fantasy': 'fantasy_surrealism'}  # old names on disk
 
 def scene_category(name:str) -> str:
     "The category's name in CATEGORIES (an old name from CATEGORY_ALIASES is translated); ValueError for one without a world."
@@ -158,42 +163,81 @@ def make_world(category:str='natural_landscapes', # one of CATEGORIES
     big = 1.8*s                                             # coarser sampling far away
     named = []
     if category == 'natural_landscapes':
-        named += [('ground', patch((-2.5, Y, -0.2), (5, 0, 0), (0, 0, 4.2), s, 'noise', [[0.25, 0.35, 0.12], [0.55, 0.5, 0.3]], seed, 0.3, g)),
-                  ('sky', patch((-3.5, -2.2, 4.0), (7, 0, 0), (0, 2.6, 0), big, 'noise', [[0.55, 0.7, 0.95], [0.95, 0.95, 1.0]], seed + 1, 0.8, g))]
-        named += [('hill', sphere((_rand(g, -1.2, -0.4), Y + 0.1, 3.2), 0.9, big, 'noise', [[0.2, 0.3, 0.1], [0.4, 0.45, 0.25]], seed + 2, (1.6, 0.5, 1.0)))]
-        named += [('rock', sphere((0.0, Y - 0.14, 1.0), 0.16, s*0.8, 'noise', [[0.22, 0.2, 0.18], [0.55, 0.5, 0.44]], seed + 3, (1.2, 0.9, 1.0)))]
+        named += [('ground',
+                   patch((-2.5, Y, -0.2), (5, 0, 0), (0, 0, 4.2), s, 'noise', [[0.25, 0.35, 0.12], [0.55, 0.5, 0.3]],
+                         seed, 0.3, g)),
+                  ('sky',
+                   patch((-3.5, -2.2, 4.0), (7, 0, 0), (0, 2.6, 0), big, 'noise',
+                         [[0.55, 0.7, 0.95], [0.95, 0.95, 1.0]], seed + 1, 0.8, g))]
+        named += [('hill',
+                   sphere((_rand(g, -1.2, -0.4), Y + 0.1, 3.2), 0.9, big, 'noise',
+                          [[0.2, 0.3, 0.1], [0.4, 0.45, 0.25]], seed + 2, (1.6, 0.5, 1.0)))]
+        named += [('rock',
+                   sphere((0.0, Y - 0.14, 1.0), 0.16, s*0.8, 'noise', [[0.22, 0.2, 0.18], [0.55, 0.5, 0.44]], seed + 3,
+                          (1.2, 0.9, 1.0)))]
         for i in range(3):
             x, z = _rand(g, -1.2, 1.2), _rand(g, 1.4, 2.6)
-            named += [(f'tree{i}_trunk', column((x, Y, z), 0.05, 0.5, s*0.7, 'stripes', [[0.3, 0.2, 0.1], [0.45, 0.3, 0.15]], seed + 10 + i)),
-                      (f'tree{i}_crown', sphere((x, Y - 0.65, z), 0.22, s, 'noise', [[0.1, 0.35, 0.1], [0.35, 0.6, 0.2]], seed + 20 + i))]
+            named += [(f'tree{i}_trunk',
+                       column((x, Y, z), 0.05, 0.5, s*0.7, 'stripes', [[0.3, 0.2, 0.1], [0.45, 0.3, 0.15]],
+                              seed + 10 + i)),
+                      (f'tree{i}_crown',
+                       sphere((x, Y - 0.65, z), 0.22, s, 'noise', [[0.1, 0.35, 0.1], [0.35, 0.6, 0.2]], seed + 20 + i))]
         subject = 'rock'
     elif category == 'urban_architecture':
-        named += [('ground', patch((-2.5, Y, -0.2), (5, 0, 0), (0, 0, 4.2), s, 'checker', [[0.3, 0.3, 0.32], [0.42, 0.42, 0.45]], seed, 0.25, g)),
-                  ('facade', patch((-3.5, -1.8, 3.6), (7, 0, 0), (0, 1.8 + Y, 0), big, 'windows', [[0.75, 0.65, 0.55], [0.2, 0.3, 0.45]], seed + 1, 0.25, g))]
+        named += [('ground',
+                   patch((-2.5, Y, -0.2), (5, 0, 0), (0, 0, 4.2), s, 'checker', [[0.3, 0.3, 0.32], [0.42, 0.42, 0.45]],
+                         seed, 0.25, g)),
+                  ('facade',
+                   patch((-3.5, -1.8, 3.6), (7, 0, 0), (0, 1.8 + Y, 0), big, 'windows',
+                         [[0.75, 0.65, 0.55], [0.2, 0.3, 0.45]], seed + 1, 0.25, g))]
         for i, x in enumerate((-1.3, 1.3)):
             h = _rand(g, 0.8, 1.4)
-            named += [(f'building{i}', box((x, Y - h/2, _rand(g, 2.0, 2.8)), (0.7, h, 0.7), s*1.2, 'windows', [[0.6, 0.55, 0.5], [0.25, 0.3, 0.4]], seed + 2 + i, _rand(g, -20, 20), g))]
-        named += [('statue', box((0.0, Y - 0.2, 1.0), (0.25, 0.4, 0.25), s*0.7, 'bricks', [[0.8, 0.75, 0.65], [0.45, 0.4, 0.35]], seed + 5, 15, g))]
+            named += [(f'building{i}',
+                       box((x, Y - h/2, _rand(g, 2.0, 2.8)), (0.7, h, 0.7), s*1.2, 'windows',
+                           [[0.6, 0.55, 0.5], [0.25, 0.3, 0.4]], seed + 2 + i, _rand(g, -20, 20), g))]
+        named += [('statue',
+                   box((0.0, Y - 0.2, 1.0), (0.25, 0.4, 0.25), s*0.7, 'bricks', [[0.8, 0.75, 0.65], [0.45, 0.4, 0.35]],
+                       seed + 5, 15, g))]
         for i, x in enumerate((-0.5, 0.5)):
-            named += [(f'column{i}', column((x, Y, 1.6), 0.06, 0.8, s*0.7, 'stripes', [[0.85, 0.85, 0.8], [0.6, 0.6, 0.55]], seed + 6 + i))]
+            named += [(f'column{i}',
+                       column((x, Y, 1.6), 0.06, 0.8, s*0.7, 'stripes', [[0.85, 0.85, 0.8], [0.6, 0.6, 0.55]],
+                              seed + 6 + i))]
         subject = 'statue'
     elif category == 'micro_still_life':
-        named += [('table', patch((-1.6, Y - 0.1, 0.2), (3.2, 0, 0), (0, 0, 2.4), s, 'stripes', [[0.45, 0.3, 0.18], [0.6, 0.42, 0.25]], seed, 0.1, g)),
-                  ('wall', patch((-2.5, -1.6, 2.6), (5, 0, 0), (0, 1.5 + Y, 0), big, 'checker', [[0.85, 0.8, 0.7], [0.7, 0.65, 0.55]], seed + 1, 0.3, g))]
-        named += [('vase', column((0.0, Y - 0.1, 1.0), 0.09, 0.35, s*0.6, 'noise', [[0.2, 0.35, 0.7], [0.8, 0.85, 0.9]], seed + 2)),
-                  ('apple', sphere((-0.3, Y - 0.18, 0.9), 0.08, s*0.5, 'noise', [[0.7, 0.1, 0.1], [0.95, 0.5, 0.2]], seed + 3)),
-                  ('book', box((0.35, Y - 0.15, 1.1), (0.3, 0.1, 0.22), s*0.6, 'stripes', [[0.15, 0.3, 0.2], [0.85, 0.8, 0.6]], seed + 4, -25, g))]
+        named += [('table',
+                   patch((-1.6, Y - 0.1, 0.2), (3.2, 0, 0), (0, 0, 2.4), s, 'stripes',
+                         [[0.45, 0.3, 0.18], [0.6, 0.42, 0.25]], seed, 0.1, g)),
+                  ('wall',
+                   patch((-2.5, -1.6, 2.6), (5, 0, 0), (0, 1.5 + Y, 0), big, 'checker',
+                         [[0.85, 0.8, 0.7], [0.7, 0.65, 0.55]], seed + 1, 0.3, g))]
+        named += [('vase',
+                   column((0.0, Y - 0.1, 1.0), 0.09, 0.35, s*0.6, 'noise',
+                          [[0.2, 0.35, 0.7], [0.8, 0.85, 0.9]], seed + 2)),
+                  ('apple',
+                   sphere((-0.3, Y - 0.18, 0.9), 0.08, s*0.5, 'noise', [[0.7, 0.1, 0.1], [0.95, 0.5, 0.2]], seed + 3)),
+                  ('book',
+                   box((0.35, Y - 0.15, 1.1), (0.3, 0.1, 0.22), s*0.6, 'stripes', [[0.15, 0.3, 0.2], [0.85, 0.8, 0.6]],
+                       seed + 4, -25, g))]
         subject = 'vase'
     else:  # fantasy_surrealism
-        named += [('ground', patch((-2.5, Y, -0.2), (5, 0, 0), (0, 0, 4.2), s, 'noise', [[0.3, 0.15, 0.4], [0.7, 0.5, 0.9]], seed, 0.4, g)),
-                  ('sky', patch((-3.5, -2.2, 4.0), (7, 0, 0), (0, 2.6, 0), big, 'noise', [[0.1, 0.05, 0.25], [0.5, 0.3, 0.7]], seed + 1, 0.6, g))]
-        named += [('orb', sphere((0.0, -0.05, 1.0), 0.18, s*0.7, 'noise', [[0.9, 0.7, 0.1], [1.0, 1.0, 0.7]], seed + 2))]
+        named += [('ground',
+                   patch((-2.5, Y, -0.2), (5, 0, 0), (0, 0, 4.2), s, 'noise', [[0.3, 0.15, 0.4], [0.7, 0.5, 0.9]],
+                         seed, 0.4, g)),
+                  ('sky',
+                   patch((-3.5, -2.2, 4.0), (7, 0, 0), (0, 2.6, 0), big, 'noise', [[0.1, 0.05, 0.25], [0.5, 0.3, 0.7]],
+                         seed + 1, 0.6, g))]
+        named += [('orb',
+                   sphere((0.0, -0.05, 1.0), 0.18, s*0.7, 'noise', [[0.9, 0.7, 0.1], [1.0, 1.0, 0.7]], seed + 2))]
         for i in range(4):
             a = 2*math.pi*i/4 + _rand(g, 0, 1)
-            named += [(f'moon{i}', sphere((0.6*math.cos(a), -0.3 + _rand(g, -0.2, 0.2), 1.8 + 0.6*math.sin(a)), _rand(g, 0.08, 0.15), s*0.7,
+            named += [(f'moon{i}',
+                       sphere((0.6*math.cos(a), -0.3 + _rand(g, -0.2, 0.2), 1.8 + 0.6*math.sin(a)),
+                              _rand(g, 0.08, 0.15), s*0.7,
                                           'noise', [[0.2, 0.8, 0.8], [0.9, 0.3, 0.8]], seed + 3 + i))]
         for i, x in enumerate((-0.9, 0.9)):
-            named += [(f'pillar{i}', column((x, Y, 1.5), 0.08, 1.1, s*0.8, 'bricks', [[0.5, 0.4, 0.6], [0.25, 0.2, 0.3]], seed + 8 + i))]
+            named += [(f'pillar{i}',
+                       column((x, Y, 1.5), 0.08, 1.1, s*0.8, 'bricks', [[0.5, 0.4, 0.6], [0.25, 0.2, 0.3]],
+                              seed + 8 + i))]
         subject = 'orb'
     return _assemble(named, category, seed, subject)
 
@@ -207,7 +251,8 @@ def render_video(world:World|Gaussians, traj:Trajectory, # the scene and the cam
     for i in range(0, len(traj), batch):
         c2w, K = traj.c2w[i:i + batch].float(), traj.K.float()
         if scenes is None: rgb = render(g, c2w, K, traj.H, traj.W, background=background).rgb
-        else: rgb = torch.stack([render(scenes[i + k], c2w[k], K, traj.H, traj.W, background=background).rgb for k in range(len(c2w))])
+        else: rgb = torch.stack([render(scenes[i + k], c2w[k], K, traj.H, traj.W,
+                                        background=background).rgb for k in range(len(c2w))])
         out.append(to_uint8(rgb))
     return np.concatenate(out)
 
@@ -284,7 +329,9 @@ def _wobble(world, traj, clean, s, g, bg):
     G = world.gaussians
     seeds = torch.randint(0, 2**31, (len(traj),), generator=g).tolist()
     def scene(t):                                                      # frame 0 stays the clean one
-        return G if t == 0 else replace(G, means=G.means + s*_smooth_field(G.means, torch.Generator().manual_seed(seeds[t])))
+        return G if t == 0 else replace(G,
+                                        means=G.means + s*_smooth_field(G.means,
+                                                                        torch.Generator().manual_seed(seeds[t])))
     return _per_frame(world, traj, scene, bg), {}
 
 def _object_pop(world, traj, clean, s, g, bg):

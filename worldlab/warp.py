@@ -150,8 +150,10 @@ def anchored_warp(homographies:torch.Tensor, # [T,3,3] first-frame pixel coords 
     ys = y_lo + (torch.arange(ny, dtype=torch.float64, device=dev) + 0.5)/s
     frames = []
     for t, Ht in enumerate(Hs):                                          # only the cells near this frame's pre-image
-        c0, c1 = max(0, math.floor((float(pre[t, 0].min()) - x_lo)*s) - 1), min(nx, math.ceil((float(pre[t, 0].max()) - x_lo)*s) + 1)
-        r0, r1 = max(0, math.floor((float(pre[t, 1].min()) - y_lo)*s) - 1), min(ny, math.ceil((float(pre[t, 1].max()) - y_lo)*s) + 1)
+        c0, c1 = max(0, math.floor((float(pre[t, 0].min()) - x_lo)*s) - 1), min(nx,
+                                                                                math.ceil((float(pre[t, 0].max()) - x_lo)*s) + 1)
+        r0, r1 = max(0, math.floor((float(pre[t, 1].min()) - y_lo)*s) - 1), min(ny,
+                                                                                math.ceil((float(pre[t, 1].max()) - y_lo)*s) + 1)
         xq, yq, hx, hy = _footprints(Ht, xs[None, c0:c1], ys[r0:r1, None], s)
         keep = ((xq + hx > 0) & (xq - hx < w) & (yq + hy > 0) & (yq - hy < h)).nonzero()[:, 0]
         val = field[:, r0:r1, c0:c1].reshape(C, -1)[:, keep]
@@ -183,7 +185,8 @@ def aligned_correlation(frames:torch.Tensor, # [T,C,H,W] noise frames
     res = {}
     for d in distances:
         if d >= T: continue
-        fl = homography_flow(traj.c2w[d:], traj.c2w[:-d], traj.K, H, W, traj.z_ref)   # pixel of t+d -> where it was at t
+        # pixel of t+d -> where it was at t
+        fl = homography_flow(traj.c2w[d:], traj.c2w[:-d], traj.K, H, W, traj.z_ref)
         pos = pixel_grid(H, W) + fl                                                      # [T-d,2,H,W]
         grid = torch.stack([pos[:, 0]/W*2 - 1, pos[:, 1]/H*2 - 1], -1).float()
         back = F.grid_sample(fr[:-d], grid, align_corners=False, padding_mode='zeros')
@@ -225,7 +228,8 @@ def quad_area(quads:torch.Tensor) -> torch.Tensor: # [M,4,2]
 def corner_quads(corner_flow:torch.Tensor) -> torch.Tensor: # [2,H+1,W+1] forward flow at pixel corners
     "Where each pixel's square goes: `[H*W,4,2]` quads from the flow at its corners."
     H, W = corner_flow.shape[-2] - 1, corner_flow.shape[-1] - 1
-    P = (pixel_grid(H, W, 'corners', corner_flow.dtype, corner_flow.device) + corner_flow).permute(1, 2, 0)  # [H+1,W+1,2]
+    # [H+1,W+1,2]
+    P = (pixel_grid(H, W, 'corners', corner_flow.dtype, corner_flow.device) + corner_flow).permute(1, 2, 0)
     return torch.stack([P[:-1, :-1], P[:-1, 1:], P[1:, 1:], P[1:, :-1]], 2).reshape(H*W, 4, 2)
 
 def check_flow(flow:torch.Tensor, shape:tuple, name:str='flow'):
@@ -290,7 +294,8 @@ def discrete_warp(state:DiscreteState, # noise and weights at warp resolution
     check_flow(flow, (2, H, W))
     P, dt, dev = H*W, state.noise.dtype, state.noise.device
     flow = flow.to(dev)
-    gy, gx = torch.meshgrid(torch.arange(H, dtype=flow.dtype, device=dev), torch.arange(W, dtype=flow.dtype, device=dev),
+    gy, gx = torch.meshgrid(torch.arange(H, dtype=flow.dtype, device=dev),
+                            torch.arange(W, dtype=flow.dtype, device=dev),
                             indexing='ij')
     def index(x, y):
         x, y = x.round().long(), y.round().long()
