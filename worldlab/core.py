@@ -157,7 +157,8 @@ def to_float(video, # uint8 [...,H,W,3] (numpy or torch) or float [...,3,H,W] in
         raise ValueError(f"{name} must have {ndim} axes (uint8 {'[F,H,W,3]' if ndim == 4 else '[...,H,W,3]'} or float "
                          f"{'[F,3,H,W]' if ndim == 4 else '[...,3,H,W]'}), got shape {tuple(v.shape)}")
     if v.dtype == torch.uint8:
-        if v.ndim < 3 or v.shape[-1] != 3: raise ValueError(f"uint8 {name} must be [...,H,W,3] (e.g. [F,H,W,3]), got {tuple(v.shape)}")
+        if v.ndim < 3 or v.shape[-1] != 3:
+            raise ValueError(f"uint8 {name} must be [...,H,W,3] (e.g. [F,H,W,3]), got {tuple(v.shape)}")
         return v.movedim(-1, -3).float()/255
     if not v.is_floating_point() or v.ndim < 3 or v.shape[-3] != 3:
         raise ValueError(f"{name} must be uint8 [...,H,W,3] or float [...,3,H,W] in [0,1] (e.g. [F,3,H,W]); got "
@@ -177,7 +178,8 @@ def psnr(a:torch.Tensor, b:torch.Tensor) -> torch.Tensor: # float [N,...] each i
         if not torch.is_tensor(x) or not x.is_floating_point():
             raise ValueError(f"{n} must be a float tensor in [0,1], got {getattr(x, 'dtype', type(x).__name__)}: "
                              "convert uint8 frames with to_float")
-    if a.shape != b.shape: raise ValueError(f"a and b must have the same shape, got {tuple(a.shape)} and {tuple(b.shape)}")
+    if a.shape != b.shape:
+        raise ValueError(f"a and b must have the same shape, got {tuple(a.shape)} and {tuple(b.shape)}")
     mse = (a.float() - b.float()).pow(2).flatten(1).mean(1).clamp_min(1e-10)
     return -10*torch.log10(mse)
 
@@ -283,7 +285,8 @@ def post_json(url:str, body:dict, headers:dict|None=None, # extra headers (Conte
         except urllib.error.HTTPError as e:
             err = f"HTTP {e.code}: {e.read()[:300].decode('utf-8', 'replace')}"
             if e.code != 429 and e.code < 500: break                     # the request itself is wrong
-        except (urllib.error.URLError, TimeoutError, OSError) as e: err = f"{type(e).__name__}: {getattr(e, 'reason', e)}"
+        except (urllib.error.URLError, TimeoutError, OSError) as e:
+            err = f"{type(e).__name__}: {getattr(e, 'reason', e)}"
         if attempt < retries: time.sleep(backoff*2**attempt)
     raise RequestFailed(f"{err} (after {attempt + 1} attempts)")
 
@@ -304,7 +307,8 @@ def mpl_cmap(scale): # a plotly colorscale [[pos, colour], ...], or a colormap n
     from matplotlib.colors import LinearSegmentedColormap
     if scale is None: return mpl.colormaps['viridis']
     if isinstance(scale, str):
-        if scale.lower() not in mpl.colormaps: raise ValueError(f"colour scale {scale!r} has no matplotlib colormap of that name")
+        if scale.lower() not in mpl.colormaps:
+            raise ValueError(f"colour scale {scale!r} has no matplotlib colormap of that name")
         return mpl.colormaps[scale.lower()]
     return LinearSegmentedColormap.from_list('plotly', [(float(p), mpl_color(c)) for p, c in scale])
 
@@ -568,8 +572,10 @@ def _shapes(axes:dict, L:dict):
         kw = dict(color=mpl_color(line.get('color')) or '#444', linestyle=_DASHES.get(line.get('dash'), '-'),
                   linewidth=1)
         across_x, across_y = xr.endswith('domain') or xr == 'paper', yr.endswith('domain') or yr == 'paper'
-        if ax is not None and s.get('type') == 'line' and across_x and s.get('y0') == s.get('y1'): ax.axhline(s['y0'], **kw)
-        elif ax is not None and s.get('type') == 'line' and across_y and s.get('x0') == s.get('x1'): ax.axvline(s['x0'], **kw)
+        if ax is not None and s.get('type') == 'line' and across_x and s.get('y0') == s.get('y1'):
+            ax.axhline(s['y0'], **kw)
+        elif ax is not None and s.get('type') == 'line' and across_y and s.get('x0') == s.get('x1'):
+            ax.axvline(s['x0'], **kw)
         elif ax is not None and s.get('type') == 'rect' and not (across_x or across_y):
             from matplotlib.patches import Rectangle
             ax.add_patch(Rectangle((s['x0'], s['y0']), s['x1'] - s['x0'], s['y1'] - s['y0'], fill=False, **kw))
@@ -697,7 +703,8 @@ def _draw_traces(d:dict, axes:dict, cats:dict, scales:dict) -> tuple[dict, dict,
                 s = slots[k] = slots.get(k, -1) + 1
                 bottom = stacks.get(k) if not group else None
                 h = draw_bar(ax, t, color, cats[k], s if group else 0, nbars[k] if group else 1, bottom)
-                if not group: stacks[k] = _arr(t.get('x' if t.get('orientation') == 'h' else 'y')) + (0 if bottom is None else bottom)
+                if not group:
+                    stacks[k] = _arr(t.get('x' if t.get('orientation') == 'h' else 'y')) + (0 if bottom is None else bottom)
         lg = t.get('legendgroup') or t.get('name')
         if t.get('name') and t.get('showlegend') is not False and lg not in legend and typ not in ('image', 'heatmap'):
             legend[lg] = (h, plain_text(t['name']), t.get('showlegend') is True)

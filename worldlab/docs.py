@@ -36,7 +36,8 @@ def site_pages(nbs:str|Path|None=None, # the nbs/ folder (default: the checkout'
     nbs = notebooks_dir(nbs)
     found = [Page(nbs/'index.ipynb', 'index', 'index')] if (nbs/'index.ipynb').exists() else []
     found += [Page(p, p.stem, 'lessons') for p in sorted(nbs.glob('*.ipynb')) if p.stem != 'index']
-    for sub in ('tutorials', 'runs'): found += [Page(p, f'{sub}/{p.stem}', sub) for p in sorted((nbs/sub).glob('*.ipynb'))]
+    for sub in ('tutorials', 'runs'):
+        found += [Page(p, f'{sub}/{p.stem}', sub) for p in sorted((nbs/sub).glob('*.ipynb'))]
     if not only: return found
     hit = lambda pg, pat: fnmatch.fnmatch(pg.rel, pat) or fnmatch.fnmatch(Path(pg.rel).name, pat)
     missing = [pat for pat in only if not any(hit(pg, pat) for pg in found)]
@@ -89,7 +90,9 @@ def _failure(nb, e:Exception) -> dict:
     "Where and why an execution stopped."
     code_cells = [c for c in nb.cells if c.cell_type == 'code']
     bad = next((i for i, c in enumerate(code_cells) if any(o.get('output_type') == 'error' for o in c.get('outputs', []))), None)
-    if bad is None: bad = next((i for i, c in enumerate(code_cells) if c.source and c.get('execution_count') is None), None)  # a timeout
+    if bad is None:
+        # a timeout
+        bad = next((i for i, c in enumerate(code_cells) if c.source and c.get('execution_count') is None), None)
     err = next((o for o in code_cells[bad].outputs if o.get('output_type') == 'error'),
                None) if bad is not None else None
     first = (_ANSI.sub('', str(e)).strip().splitlines() or [''])[0]
@@ -108,7 +111,8 @@ def execute_notebook(src:str|Path, # a notebook
     nb = nbformat.read(src, as_version=4)
     run, skipped = copy.deepcopy(nb), {}
     for i, c in enumerate(run.cells):
-        if c.cell_type == 'code' and (why := skip_reason(c.source, flags, c.metadata.get('tags', []))): c.source, skipped[i] = '', why
+        if c.cell_type == 'code' and (why := skip_reason(c.source, flags, c.metadata.get('tags', []))):
+            c.source, skipped[i] = '', why
     tmp = tempfile.mkdtemp(prefix='worldlab-docs-outputs-')
     kenv = {**os.environ, 'PLOTLY_RENDERER': 'plotly_mimetype', 'WORLDLAB_OUTPUTS': tmp,
             'PYDEVD_DISABLE_FILE_VALIDATION': '1', **(env or {})}
@@ -142,7 +146,8 @@ def source_key(src:str|Path, # a notebook
     if (root/'data').is_dir():
         for dirpath, dirs, files in sorted(os.walk(root/'data')):
             dirs.sort()
-            for f in sorted(files): h.update(f"{Path(dirpath, f).relative_to(root)} {Path(dirpath, f).stat().st_size}".encode())
+            for f in sorted(files):
+                h.update(f"{Path(dirpath, f).relative_to(root)} {Path(dirpath, f).stat().st_size}".encode())
     return h.hexdigest()[:20]
 
 # %% ../nbs/00c_docs.ipynb #fc56a49b
@@ -288,7 +293,8 @@ def lesson_page(nb, # an executed notebook (`execute_notebook`)
         cells.append(c)
         if lib is not None and c.cell_type == 'code' and {'export', 'exports'} & set(d):
             for name in _defined_names(c.source):
-                if (obj := getattr(lib, name, None)) is not None: cells.append(_md(api_markdown(obj, f'worldlab.{mod}.{name}')))
+                if (obj := getattr(lib, name, None)) is not None:
+                    cells.append(_md(api_markdown(obj, f'worldlab.{mod}.{name}')))
     t = _title_index(cells)
     # title first, then the links
     nb.cells = [cells[t], _md(_banner(page, status, repo_url))] + cells[:t] + cells[t + 1:]
@@ -339,7 +345,8 @@ def _toctree(pages:list[Page]) -> str:
     out = []
     for key, caption in SECTIONS.items():
         rels = [p.rel for p in pages if p.section == key]
-        if key != 'index' and rels: out.append(f"```{{toctree}}\n:caption: {caption}\n:maxdepth: 1\n\n" + '\n'.join(rels) + "\n```")
+        if key != 'index' and rels:
+            out.append(f"```{{toctree}}\n:caption: {caption}\n:maxdepth: 1\n\n" + '\n'.join(rels) + "\n```")
     out.append("```{toctree}\n:caption: About\n:maxdepth: 1\n\nbuild\n```")
     return '\n\n'.join(out)
 
@@ -482,7 +489,8 @@ FIGURES = 'article img, article video, article div.wl-plotly, article table.data
 def chromium_path() -> str:
     "The Chromium to drive: $WORLDLAB_CHROMIUM, else chromium on the PATH; a clear error when there is none."
     exe = os.environ.get('WORLDLAB_CHROMIUM') or shutil.which('chromium') or shutil.which('chromium-browser')
-    if not exe: raise FileNotFoundError("no Chromium found: install Debian's (apt-get install -y chromium) or set WORLDLAB_CHROMIUM")
+    if not exe:
+        raise FileNotFoundError("no Chromium found: install Debian's (apt-get install -y chromium) or set WORLDLAB_CHROMIUM")
     return exe
 
 def ink(png:bytes) -> float:
@@ -578,7 +586,8 @@ def page_problems(rep:dict) -> list[str]:
     for f in rep['figures']:
         if not f['loaded']: out.append(f"{rep['page']}: {f['kind']} did not load: {f['src']}")
         elif f['blank']: out.append(f"{rep['page']}: {f['kind']} is blank (ink {f['ink']}): {f['src']}")
-        if f['kind'] == 'plotly' and not f['traces']: out.append(f"{rep['page']}: plotly figure {f['src']} has no traces")
+        if f['kind'] == 'plotly' and not f['traces']:
+            out.append(f"{rep['page']}: plotly figure {f['src']} has no traces")
     return out
 
 # %% ../nbs/00c_docs.ipynb #be0919c9

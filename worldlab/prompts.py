@@ -69,7 +69,8 @@ class PromptRecord:
                              f"{CATEGORIES.get(self.category, ())}")
         if self.layout not in LAYOUTS: raise ValueError(f"{at}: field 'layout' is {self.layout!r}; valid: "
                                                         f"{', '.join(LAYOUTS)}")
-        if self.split not in SPLITS: raise ValueError(f"{at}: field 'split' is {self.split!r}; valid: {', '.join(SPLITS)}")
+        if self.split not in SPLITS:
+            raise ValueError(f"{at}: field 'split' is {self.split!r}; valid: {', '.join(SPLITS)}")
         return self
 
     @classmethod
@@ -104,7 +105,8 @@ def read_prompt_file(path:str|Path, split:str, name:str|None=None, # name used i
         try:
             line = raw.decode('utf-8').strip()
             if not line: raise ValueError(f"{where}: field 'text' is empty (blank line)")
-            if _HEADER.search(line): rep.skipped.append(f"{where}: section header, not a prompt: {line[:60]!r}"); continue
+            if _HEADER.search(line):
+                rep.skipped.append(f"{where}: section header, not a prompt: {line[:60]!r}"); continue
             lead = re.match(r'\s*camera\b([^.]*)\.', line, re.I)
             if lead and not detect_camera_phrases(lead.group(0)):
                 raise ValueError(f"{where}: field 'cameras': {lead.group(0)!r} names no known camera move; valid: "
@@ -471,7 +473,8 @@ def plan_prompts(n_train:int=3000, n_dynamic:int=500, n_test:int=300, # sizes of
                 need = AFFORDS[first if first not in COMPOSITES else 'pan_left']
                 subs = _subjects(sub, test=split == 'test')
                 fit = [s for s in subs if need in s[1]]                       # the camera-scene rule
-                if not fit: raise ValueError(f"no {split} subject of {sub} affords {need!r} (for {first}): extend VOCAB")
+                if not fit:
+                    raise ValueError(f"no {split} subject of {sub} affords {need!r} (for {first}): extend VOCAB")
                 name, aff = rnd.choice(fit)
                 items.append(PlanItem(f'{split}-{cat}-{i:05d}', split, cat, sub, cams, name, sorted(aff)))
     return items
@@ -564,7 +567,8 @@ def transformers_chat(model_id:str, # a local path or hub id of a chat model
 def vllm_chat(model_id:str, max_tokens:int=300, temperature:float=0.9, **llm_kw):
     "A `chat` function backed by vLLM's offline `LLM.chat` (GPU nodes)."
     try: from vllm import LLM, SamplingParams
-    except ImportError as e: raise ImportError("vllm_chat needs vLLM on a CUDA machine: pip install 'worldlab[gpu]'") from e
+    except ImportError as e:
+        raise ImportError("vllm_chat needs vLLM on a CUDA machine: pip install 'worldlab[gpu]'") from e
     llm, sp = LLM(model=model_id, **llm_kw), SamplingParams(max_tokens=max_tokens, temperature=temperature)
     return lambda messages: llm.chat(messages, sp)[0].outputs[0].text
 
@@ -587,7 +591,8 @@ def read_jsonl(path:str|Path) -> list[PromptRecord]:
     for i, line in enumerate(path.read_text(encoding='utf-8').splitlines(), 1):
         where = f"{path.name}:{i}"
         try: d = json.loads(line)
-        except json.JSONDecodeError as e: raise ValueError(f"{where}: not valid JSON ({e.msg} at column {e.colno})") from None
+        except json.JSONDecodeError as e:
+            raise ValueError(f"{where}: not valid JSON ({e.msg} at column {e.colno})") from None
         extra = set(d) - names
         if extra: raise ValueError(f"{where}: unknown fields {sorted(extra)}; a record has {sorted(names)}")
         if 'text' not in d: raise ValueError(f"{where}: field 'text' is missing")

@@ -37,7 +37,8 @@ def list_runs(nbs:str|Path|None=None) -> dict[str, Path]:
     found = {}
     for sub in RUN_FOLDERS:
         for f in sorted((notebooks_dir(nbs)/sub).glob('*.ipynb')):
-            if f.stem in found: raise ValueError(f"two run notebooks are both called {f.stem!r}: {found[f.stem]} and {f}")
+            if f.stem in found:
+                raise ValueError(f"two run notebooks are both called {f.stem!r}: {found[f.stem]} and {f}")
             found[f.stem] = f
     return found
 
@@ -52,7 +53,8 @@ def run_parameters(path:str|Path) -> dict[str, dict]:
     "The parameters a run notebook declares: `{name: {type, default, help, value}}`; an unreadable one is an error."
     src, nb = _parameters_source(path), Path(path).name
     try: body = ast.parse(src).body
-    except SyntaxError as e: raise ValueError(f"{nb}: the parameters cell does not parse (line {e.lineno}: {e.msg})") from None
+    except SyntaxError as e:
+        raise ValueError(f"{nb}: the parameters cell does not parse (line {e.lineno}: {e.msg})") from None
     helps = {t.start[0]: t.string.lstrip('#').strip() for t in tokenize.generate_tokens(io.StringIO(src).readline)
              if t.type == tokenize.COMMENT}
     out = {}

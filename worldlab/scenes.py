@@ -151,7 +151,80 @@ def _assemble(named:list[tuple[str, Gaussians]], category:str, seed:int, subject
 
 def _rand(g, lo, hi): return float(lo + (hi - lo)*torch.rand((), generator=g))
 
-# %% ../nbs/05_scenes.ipynb #3e37dd63
+# %% ../nbs/05_scenes.ipynb #155064bf
+def _natural_landscapes(g, seed, s, big, Y): # generator, seed, surfel spacing, far spacing, ground level
+    "Named parts and subject of a landscape: ground, sky, a hill, a rock (the subject) and three trees."
+    named = [('ground', patch((-2.5, Y, -0.2), (5, 0, 0), (0, 0, 4.2), s, 'noise',
+                              [[0.25, 0.35, 0.12], [0.55, 0.5, 0.3]], seed, 0.3, g)),
+             ('sky', patch((-3.5, -2.2, 4.0), (7, 0, 0), (0, 2.6, 0), big, 'noise',
+                           [[0.55, 0.7, 0.95], [0.95, 0.95, 1.0]], seed + 1, 0.8, g))]
+    named += [('hill', sphere((_rand(g, -1.2, -0.4), Y + 0.1, 3.2), 0.9, big, 'noise',
+                              [[0.2, 0.3, 0.1], [0.4, 0.45, 0.25]], seed + 2, (1.6, 0.5, 1.0)))]
+    named += [('rock', sphere((0.0, Y - 0.14, 1.0), 0.16, s*0.8, 'noise',
+                              [[0.22, 0.2, 0.18], [0.55, 0.5, 0.44]], seed + 3, (1.2, 0.9, 1.0)))]
+    for i in range(3):
+        x, z = _rand(g, -1.2, 1.2), _rand(g, 1.4, 2.6)
+        named += [(f'tree{i}_trunk', column((x, Y, z), 0.05, 0.5, s*0.7, 'stripes',
+                                            [[0.3, 0.2, 0.1], [0.45, 0.3, 0.15]], seed + 10 + i)),
+                  (f'tree{i}_crown', sphere((x, Y - 0.65, z), 0.22, s, 'noise',
+                                            [[0.1, 0.35, 0.1], [0.35, 0.6, 0.2]], seed + 20 + i))]
+    return named, 'rock'
+
+# %% ../nbs/05_scenes.ipynb #4678c352
+def _urban_architecture(g, seed, s, big, Y): # generator, seed, surfel spacing, far spacing, ground level
+    "Named parts and subject of a plaza: paving, a facade, two buildings, a statue (the subject) and two columns."
+    named = [('ground', patch((-2.5, Y, -0.2), (5, 0, 0), (0, 0, 4.2), s, 'checker',
+                              [[0.3, 0.3, 0.32], [0.42, 0.42, 0.45]], seed, 0.25, g)),
+             ('facade', patch((-3.5, -1.8, 3.6), (7, 0, 0), (0, 1.8 + Y, 0), big, 'windows',
+                              [[0.75, 0.65, 0.55], [0.2, 0.3, 0.45]], seed + 1, 0.25, g))]
+    for i, x in enumerate((-1.3, 1.3)):
+        h = _rand(g, 0.8, 1.4)
+        named += [(f'building{i}', box((x, Y - h/2, _rand(g, 2.0, 2.8)), (0.7, h, 0.7), s*1.2, 'windows',
+                                       [[0.6, 0.55, 0.5], [0.25, 0.3, 0.4]], seed + 2 + i, _rand(g, -20, 20), g))]
+    named += [('statue', box((0.0, Y - 0.2, 1.0), (0.25, 0.4, 0.25), s*0.7, 'bricks',
+                             [[0.8, 0.75, 0.65], [0.45, 0.4, 0.35]], seed + 5, 15, g))]
+    for i, x in enumerate((-0.5, 0.5)):
+        named += [(f'column{i}', column((x, Y, 1.6), 0.06, 0.8, s*0.7, 'stripes',
+                                        [[0.85, 0.85, 0.8], [0.6, 0.6, 0.55]], seed + 6 + i))]
+    return named, 'statue'
+
+# %% ../nbs/05_scenes.ipynb #9f388240
+def _micro_still_life(g, seed, s, big, Y): # generator, seed, surfel spacing, far spacing, ground level
+    "Named parts and subject of a still life: a table, a wall, a vase (the subject), an apple and a book."
+    named = [('table', patch((-1.6, Y - 0.1, 0.2), (3.2, 0, 0), (0, 0, 2.4), s, 'stripes',
+                             [[0.45, 0.3, 0.18], [0.6, 0.42, 0.25]], seed, 0.1, g)),
+             ('wall', patch((-2.5, -1.6, 2.6), (5, 0, 0), (0, 1.5 + Y, 0), big, 'checker',
+                            [[0.85, 0.8, 0.7], [0.7, 0.65, 0.55]], seed + 1, 0.3, g))]
+    named += [('vase', column((0.0, Y - 0.1, 1.0), 0.09, 0.35, s*0.6, 'noise',
+                              [[0.2, 0.35, 0.7], [0.8, 0.85, 0.9]], seed + 2)),
+              ('apple', sphere((-0.3, Y - 0.18, 0.9), 0.08, s*0.5, 'noise',
+                               [[0.7, 0.1, 0.1], [0.95, 0.5, 0.2]], seed + 3)),
+              ('book', box((0.35, Y - 0.15, 1.1), (0.3, 0.1, 0.22), s*0.6, 'stripes',
+                           [[0.15, 0.3, 0.2], [0.85, 0.8, 0.6]], seed + 4, -25, g))]
+    return named, 'vase'
+
+# %% ../nbs/05_scenes.ipynb #01867589
+def _fantasy_surrealism(g, seed, s, big, Y): # generator, seed, surfel spacing, far spacing, ground level
+    "Named parts and subject of a fantasy scene: ground, sky, a glowing orb (the subject), four moons, two pillars."
+    named = [('ground', patch((-2.5, Y, -0.2), (5, 0, 0), (0, 0, 4.2), s, 'noise',
+                              [[0.3, 0.15, 0.4], [0.7, 0.5, 0.9]], seed, 0.4, g)),
+             ('sky', patch((-3.5, -2.2, 4.0), (7, 0, 0), (0, 2.6, 0), big, 'noise',
+                           [[0.1, 0.05, 0.25], [0.5, 0.3, 0.7]], seed + 1, 0.6, g))]
+    named += [('orb', sphere((0.0, -0.05, 1.0), 0.18, s*0.7, 'noise', [[0.9, 0.7, 0.1], [1.0, 1.0, 0.7]], seed + 2))]
+    for i in range(4):
+        a = 2*math.pi*i/4 + _rand(g, 0, 1)
+        named += [(f'moon{i}', sphere((0.6*math.cos(a), -0.3 + _rand(g, -0.2, 0.2), 1.8 + 0.6*math.sin(a)),
+                                      _rand(g, 0.08, 0.15), s*0.7, 'noise',
+                                      [[0.2, 0.8, 0.8], [0.9, 0.3, 0.8]], seed + 3 + i))]
+    for i, x in enumerate((-0.9, 0.9)):
+        named += [(f'pillar{i}', column((x, Y, 1.5), 0.08, 1.1, s*0.8, 'bricks',
+                                        [[0.5, 0.4, 0.6], [0.25, 0.2, 0.3]], seed + 8 + i))]
+    return named, 'orb'
+
+# %% ../nbs/05_scenes.ipynb #5346650a
+_LAYOUTS = {'natural_landscapes': _natural_landscapes, 'urban_architecture': _urban_architecture,
+            'micro_still_life': _micro_still_life, 'fantasy_surrealism': _fantasy_surrealism}
+
 def make_world(category:str='natural_landscapes', # one of CATEGORIES
                seed:int=0,
                spacing:float=0.04, # surfel spacing in units of z_ref (smaller: more Gaussians, finer texture)
@@ -161,84 +234,7 @@ def make_world(category:str='natural_landscapes', # one of CATEGORIES
     g = torch.Generator().manual_seed(seed)
     s, Y = spacing, 0.35                                    # surfel spacing; ground level (y down)
     big = 1.8*s                                             # coarser sampling far away
-    named = []
-    if category == 'natural_landscapes':
-        named += [('ground',
-                   patch((-2.5, Y, -0.2), (5, 0, 0), (0, 0, 4.2), s, 'noise', [[0.25, 0.35, 0.12], [0.55, 0.5, 0.3]],
-                         seed, 0.3, g)),
-                  ('sky',
-                   patch((-3.5, -2.2, 4.0), (7, 0, 0), (0, 2.6, 0), big, 'noise',
-                         [[0.55, 0.7, 0.95], [0.95, 0.95, 1.0]], seed + 1, 0.8, g))]
-        named += [('hill',
-                   sphere((_rand(g, -1.2, -0.4), Y + 0.1, 3.2), 0.9, big, 'noise',
-                          [[0.2, 0.3, 0.1], [0.4, 0.45, 0.25]], seed + 2, (1.6, 0.5, 1.0)))]
-        named += [('rock',
-                   sphere((0.0, Y - 0.14, 1.0), 0.16, s*0.8, 'noise', [[0.22, 0.2, 0.18], [0.55, 0.5, 0.44]], seed + 3,
-                          (1.2, 0.9, 1.0)))]
-        for i in range(3):
-            x, z = _rand(g, -1.2, 1.2), _rand(g, 1.4, 2.6)
-            named += [(f'tree{i}_trunk',
-                       column((x, Y, z), 0.05, 0.5, s*0.7, 'stripes', [[0.3, 0.2, 0.1], [0.45, 0.3, 0.15]],
-                              seed + 10 + i)),
-                      (f'tree{i}_crown',
-                       sphere((x, Y - 0.65, z), 0.22, s, 'noise', [[0.1, 0.35, 0.1], [0.35, 0.6, 0.2]], seed + 20 + i))]
-        subject = 'rock'
-    elif category == 'urban_architecture':
-        named += [('ground',
-                   patch((-2.5, Y, -0.2), (5, 0, 0), (0, 0, 4.2), s, 'checker', [[0.3, 0.3, 0.32], [0.42, 0.42, 0.45]],
-                         seed, 0.25, g)),
-                  ('facade',
-                   patch((-3.5, -1.8, 3.6), (7, 0, 0), (0, 1.8 + Y, 0), big, 'windows',
-                         [[0.75, 0.65, 0.55], [0.2, 0.3, 0.45]], seed + 1, 0.25, g))]
-        for i, x in enumerate((-1.3, 1.3)):
-            h = _rand(g, 0.8, 1.4)
-            named += [(f'building{i}',
-                       box((x, Y - h/2, _rand(g, 2.0, 2.8)), (0.7, h, 0.7), s*1.2, 'windows',
-                           [[0.6, 0.55, 0.5], [0.25, 0.3, 0.4]], seed + 2 + i, _rand(g, -20, 20), g))]
-        named += [('statue',
-                   box((0.0, Y - 0.2, 1.0), (0.25, 0.4, 0.25), s*0.7, 'bricks', [[0.8, 0.75, 0.65], [0.45, 0.4, 0.35]],
-                       seed + 5, 15, g))]
-        for i, x in enumerate((-0.5, 0.5)):
-            named += [(f'column{i}',
-                       column((x, Y, 1.6), 0.06, 0.8, s*0.7, 'stripes', [[0.85, 0.85, 0.8], [0.6, 0.6, 0.55]],
-                              seed + 6 + i))]
-        subject = 'statue'
-    elif category == 'micro_still_life':
-        named += [('table',
-                   patch((-1.6, Y - 0.1, 0.2), (3.2, 0, 0), (0, 0, 2.4), s, 'stripes',
-                         [[0.45, 0.3, 0.18], [0.6, 0.42, 0.25]], seed, 0.1, g)),
-                  ('wall',
-                   patch((-2.5, -1.6, 2.6), (5, 0, 0), (0, 1.5 + Y, 0), big, 'checker',
-                         [[0.85, 0.8, 0.7], [0.7, 0.65, 0.55]], seed + 1, 0.3, g))]
-        named += [('vase',
-                   column((0.0, Y - 0.1, 1.0), 0.09, 0.35, s*0.6, 'noise',
-                          [[0.2, 0.35, 0.7], [0.8, 0.85, 0.9]], seed + 2)),
-                  ('apple',
-                   sphere((-0.3, Y - 0.18, 0.9), 0.08, s*0.5, 'noise', [[0.7, 0.1, 0.1], [0.95, 0.5, 0.2]], seed + 3)),
-                  ('book',
-                   box((0.35, Y - 0.15, 1.1), (0.3, 0.1, 0.22), s*0.6, 'stripes', [[0.15, 0.3, 0.2], [0.85, 0.8, 0.6]],
-                       seed + 4, -25, g))]
-        subject = 'vase'
-    else:  # fantasy_surrealism
-        named += [('ground',
-                   patch((-2.5, Y, -0.2), (5, 0, 0), (0, 0, 4.2), s, 'noise', [[0.3, 0.15, 0.4], [0.7, 0.5, 0.9]],
-                         seed, 0.4, g)),
-                  ('sky',
-                   patch((-3.5, -2.2, 4.0), (7, 0, 0), (0, 2.6, 0), big, 'noise', [[0.1, 0.05, 0.25], [0.5, 0.3, 0.7]],
-                         seed + 1, 0.6, g))]
-        named += [('orb',
-                   sphere((0.0, -0.05, 1.0), 0.18, s*0.7, 'noise', [[0.9, 0.7, 0.1], [1.0, 1.0, 0.7]], seed + 2))]
-        for i in range(4):
-            a = 2*math.pi*i/4 + _rand(g, 0, 1)
-            named += [(f'moon{i}',
-                       sphere((0.6*math.cos(a), -0.3 + _rand(g, -0.2, 0.2), 1.8 + 0.6*math.sin(a)),
-                              _rand(g, 0.08, 0.15), s*0.7,
-                                          'noise', [[0.2, 0.8, 0.8], [0.9, 0.3, 0.8]], seed + 3 + i))]
-        for i, x in enumerate((-0.9, 0.9)):
-            named += [(f'pillar{i}',
-                       column((x, Y, 1.5), 0.08, 1.1, s*0.8, 'bricks', [[0.5, 0.4, 0.6], [0.25, 0.2, 0.3]],
-                              seed + 8 + i))]
-        subject = 'orb'
+    named, subject = _LAYOUTS[category](g, seed, s, big, Y)
     return _assemble(named, category, seed, subject)
 
 # %% ../nbs/05_scenes.ipynb #708ab766
@@ -260,7 +256,8 @@ def save_clip(path:str|Path, # the mp4 to write; the sidecar goes next to it as 
               frames:np.ndarray, traj:Trajectory, fps:int=16, **meta) -> Path:
     "Write an mp4 and its JSON sidecar (every field of the trajectory, `fps` and any `meta`)."
     path = Path(path)
-    if clash := set(meta) & {*TRAJECTORY_KEYS, 'fps'}: raise ValueError(f"meta keys {sorted(clash)} would overwrite the trajectory's")
+    if clash := set(meta) & {*TRAJECTORY_KEYS, 'fps'}:
+        raise ValueError(f"meta keys {sorted(clash)} would overwrite the trajectory's")
     write_video(path, frames, fps)
     save_json(trajectory_to_dict(traj) | dict(fps=fps, **meta), path.with_suffix('.json'))
     return path

@@ -102,7 +102,8 @@ def load_ply(path:str|Path, rgb:bool|None=None, # degree-0 files: RGB colours (d
             if not line and f.tell() > 10_000: raise ValueError(f"{path}: no end_header in the PLY header")
             head.append(line)
         body = f.read()
-    if 'format binary_little_endian 1.0' not in head: raise ValueError(f"{path}: only binary little-endian PLY is supported")
+    if 'format binary_little_endian 1.0' not in head:
+        raise ValueError(f"{path}: only binary little-endian PLY is supported")
     n = next(int(l.split()[-1]) for l in head if l.startswith('element vertex'))
     props = [l.split() for l in head if l.startswith('property')]
     bad = [p for p in props if p[1] != 'float']
@@ -257,7 +258,8 @@ def render(g:Gaussians, # the scene
     bg = None if background is None else torch.as_tensor(background, dtype=g.means.dtype, device=g.means.device)
     if backend == 'auto': backend = 'gsplat' if g.means.is_cuda else 'torch'
     if backend == 'gsplat':
-        if not g.means.is_cuda: raise RuntimeError("backend='gsplat' renders CUDA tensors only: move the scene with .to('cuda')")
+        if not g.means.is_cuda:
+            raise RuntimeError("backend='gsplat' renders CUDA tensors only: move the scene with .to('cuda')")
         rgb, acc, dep = _gsplat_render(g, w2c, Ks.to(g.means), H, W, bg)
     elif backend == 'torch':
         outs = []

@@ -234,7 +234,8 @@ def corner_quads(corner_flow:torch.Tensor) -> torch.Tensor: # [2,H+1,W+1] forwar
 
 def check_flow(flow:torch.Tensor, shape:tuple, name:str='flow'):
     "Raise a clear error for a flow of the wrong shape or with NaN/inf."
-    if tuple(flow.shape) != tuple(shape): raise ValueError(f"{name} must have shape {tuple(shape)}, got {tuple(flow.shape)}")
+    if tuple(flow.shape) != tuple(shape):
+        raise ValueError(f"{name} must have shape {tuple(shape)}, got {tuple(flow.shape)}")
     if not torch.isfinite(flow).all():
         bad = (~torch.isfinite(flow)).nonzero()[0].tolist()
         raise ValueError(f"{name} holds NaN or inf (first at index {bad})")
@@ -350,7 +351,8 @@ def warp_noise(flows, # per-step flows [2,...] (a tensor [T-1,2,...] or any iter
                device=None, # where to compute when noise0 is None (default: CPU)
               ) -> torch.Tensor:
     "Frames `[T',C,H,W]` of noise carried along `flows`, pooled back to the output grid for `discrete`."
-    if method not in ('integral', 'discrete'): raise ValueError(f"method must be 'integral' or 'discrete', got {method!r}")
+    if method not in ('integral', 'discrete'):
+        raise ValueError(f"method must be 'integral' or 'discrete', got {method!r}")
     s = warp_scale if method == 'discrete' else 1
     if noise0 is None:
         if shape is None: raise ValueError("give noise0 or shape=(C, H, W)")
