@@ -92,6 +92,7 @@ def save_ply(g:Gaussians, path:str|Path) -> Path:
         f.write(('\n'.join(header) + '\n').encode()); f.write(data.tobytes())
     return path
 
+# %% ../nbs/04_splat.ipynb #207914bd
 def load_ply(path:str|Path, rgb:bool|None=None, # degree-0 files: RGB colours (default) or [N,1,3] SH
             ) -> Gaussians:
     "Read a scene saved in the 3DGS `.ply` layout (float properties, binary little-endian)."
