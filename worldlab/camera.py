@@ -142,7 +142,8 @@ def trajectory_from_dict(d:dict) -> Trajectory:
     missing = [k for k in ('c2w', 'K', 'H', 'W', 'labels') if k not in d]
     if missing: raise ValueError(f"not a trajectory: missing {', '.join(missing)} (keys: {', '.join(map(str, d))})")
     kw = {k: d[k] for k in TRAJECTORY_KEYS if k in d}
-    return Trajectory(**kw | dict(c2w=torch.tensor(d['c2w'], dtype=torch.float64), K=torch.tensor(d['K'], dtype=torch.float64)))
+    return Trajectory(**kw | dict(c2w=torch.tensor(d['c2w'], dtype=torch.float64),
+                                  K=torch.tensor(d['K'], dtype=torch.float64)))
 
 # %% ../nbs/01_camera.ipynb #e0f23a9d
 def split_steps(num_frames:int, # frames in the clip (steps = num_frames - 1)
@@ -172,7 +173,8 @@ def segment_poses(m:Motion, n:int, # the segment's motion and its steps
                   z_ref:float=1.0, orbit:str='ahead') -> torch.Tensor:
     "The `n+1` poses `[n+1,4,4]` of one segment from the identity; `orbit='release'` puts an orbit's centre behind the camera."
     if orbit == 'release' and m.pivot:
-        a = torch.deg2rad(-m.yaw*torch.arange(n + 1, dtype=torch.float64)/n)       # the release's arc angle (> 0: orbit left)
+        # the release's arc angle (> 0: orbit left)
+        a = torch.deg2rad(-m.yaw*torch.arange(n + 1, dtype=torch.float64)/n)
         P = torch.eye(4, dtype=torch.float64).repeat(n + 1, 1, 1)
         P[:, :3, :3] = torch.stack([rotation(yaw=float(y)) for y in torch.rad2deg(-a)])
         P[:, 0, 3], P[:, 2, 3] = m.pivot*z_ref*torch.sin(a), -m.pivot*z_ref*(1 - torch.cos(a))

@@ -144,7 +144,8 @@ def resolve(preset:str|None=None, # a settings.ini preset (None: the dataclass d
         path = Path(path) if path is not None else (project_root() or Path.cwd())/'settings.ini'
         for k, v in load_preset(preset, path).items():
             where = _where(path, preset, k)
-            if k not in field_types(): raise ValueError(f"{where}{k} is not a training setting; valid: {', '.join(field_types())}")
+            if k not in field_types(): raise ValueError(f"{where}{k} is not a training setting; valid: "
+                                                        f"{', '.join(field_types())}")
             vals[k] = check_value(k, v, where)
     return split(vals | dict(overrides or {}), where='override: ' if overrides else '')
 

@@ -73,7 +73,8 @@ def load_presets(path:str|Path|None=None, # an INI file (default: the project's 
     "Every preset in `path` as `{name: {key: typed value}}`: `[DEFAULT]`, then the preset it `inherit`s from, then its own keys."
     path = Path(path) if path is not None else (project_root() or Path.cwd())/'settings.ini'
     if not path.exists(): raise FileNotFoundError(f"No presets file at {path}: pass the path to a settings.ini")
-    cp = configparser.ConfigParser(interpolation=None, inline_comment_prefixes=('#', ';'), default_section='\0')   # [DEFAULT] as a plain section
+    # [DEFAULT] as a plain section
+    cp = configparser.ConfigParser(interpolation=None, inline_comment_prefixes=('#', ';'), default_section='\0')
     try: cp.read(path)
     except configparser.Error as e: raise ValueError(f"{path}: {e}") from None
     own = {sec: dict(cp[sec]) for sec in cp.sections()}
@@ -149,16 +150,19 @@ def to_float(video, # uint8 [...,H,W,3] (numpy or torch) or float [...,3,H,W] in
     import torch
     if isinstance(video, np.ndarray):
         a = np.ascontiguousarray(video)
-        v = torch.from_numpy(a if a.flags.writeable else a.copy())   # read-only arrays (decoded video, np.load) are copied
+        # read-only arrays (decoded video, np.load) are copied
+        v = torch.from_numpy(a if a.flags.writeable else a.copy())
     else: v = torch.as_tensor(video)
     if ndim is not None and v.ndim != ndim:
         raise ValueError(f"{name} must have {ndim} axes (uint8 {'[F,H,W,3]' if ndim == 4 else '[...,H,W,3]'} or float "
                          f"{'[F,3,H,W]' if ndim == 4 else '[...,3,H,W]'}), got shape {tuple(v.shape)}")
     if v.dtype == torch.uint8:
-        if v.ndim < 3 or v.shape[-1] != 3: raise ValueError(f"uint8 {name} must be [...,H,W,3] (e.g. [F,H,W,3]), got {tuple(v.shape)}")
+        if v.ndim < 3 or v.shape[-1] != 3:
+            raise ValueError(f"uint8 {name} must be [...,H,W,3] (e.g. [F,H,W,3]), got {tuple(v.shape)}")
         return v.movedim(-1, -3).float()/255
     if not v.is_floating_point() or v.ndim < 3 or v.shape[-3] != 3:
-        raise ValueError(f"{name} must be uint8 [...,H,W,3] or float [...,3,H,W] in [0,1] (e.g. [F,3,H,W]); got {v.dtype} {tuple(v.shape)}")
+        raise ValueError(f"{name} must be uint8 [...,H,W,3] or float [...,3,H,W] in [0,1] (e.g. [F,3,H,W]); got "
+                         f"{v.dtype} {tuple(v.shape)}")
     return v.float()
 
 def to_uint8(video:torch.Tensor) -> np.ndarray: # float [...,F,3,H,W] in [0,1]
@@ -172,8 +176,10 @@ def psnr(a:torch.Tensor, b:torch.Tensor) -> torch.Tensor: # float [N,...] each i
     import torch
     for x, n in ((a, 'a'), (b, 'b')):
         if not torch.is_tensor(x) or not x.is_floating_point():
-            raise ValueError(f"{n} must be a float tensor in [0,1], got {getattr(x, 'dtype', type(x).__name__)}: convert uint8 frames with to_float")
-    if a.shape != b.shape: raise ValueError(f"a and b must have the same shape, got {tuple(a.shape)} and {tuple(b.shape)}")
+            raise ValueError(f"{n} must be a float tensor in [0,1], got {getattr(x, 'dtype', type(x).__name__)}: "
+                             "convert uint8 frames with to_float")
+    if a.shape != b.shape:
+        raise ValueError(f"a and b must have the same shape, got {tuple(a.shape)} and {tuple(b.shape)}")
     mse = (a.float() - b.float()).pow(2).flatten(1).mean(1).clamp_min(1e-10)
     return -10*torch.log10(mse)
 
@@ -279,7 +285,8 @@ def post_json(url:str, body:dict, headers:dict|None=None, # extra headers (Conte
         except urllib.error.HTTPError as e:
             err = f"HTTP {e.code}: {e.read()[:300].decode('utf-8', 'replace')}"
             if e.code != 429 and e.code < 500: break                     # the request itself is wrong
-        except (urllib.error.URLError, TimeoutError, OSError) as e: err = f"{type(e).__name__}: {getattr(e, 'reason', e)}"
+        except (urllib.error.URLError, TimeoutError, OSError) as e:
+            err = f"{type(e).__name__}: {getattr(e, 'reason', e)}"
         if attempt < retries: time.sleep(backoff*2**attempt)
     raise RequestFailed(f"{err} (after {attempt + 1} attempts)")
 
@@ -300,7 +307,8 @@ def mpl_cmap(scale): # a plotly colorscale [[pos, colour], ...], or a colormap n
     from matplotlib.colors import LinearSegmentedColormap
     if scale is None: return mpl.colormaps['viridis']
     if isinstance(scale, str):
-        if scale.lower() not in mpl.colormaps: raise ValueError(f"colour scale {scale!r} has no matplotlib colormap of that name")
+        if scale.lower() not in mpl.colormaps:
+            raise ValueError(f"colour scale {scale!r} has no matplotlib colormap of that name")
         return mpl.colormaps[scale.lower()]
     return LinearSegmentedColormap.from_list('plotly', [(float(p), mpl_color(c)) for p, c in scale])
 
@@ -459,7 +467,8 @@ def draw_heatmap(ax, t:dict, cmap, norm, cats:dict, aspect:str='auto'): # cmap, 
     z = np.asarray(t['z'], dtype=float)
     x0, x1, xl = _cell_edges(z.shape[1], t.get('x'), t.get('x0'), t.get('dx'), cats['x'])
     y0, y1, yl = _cell_edges(z.shape[0], t.get('y'), t.get('y0'), t.get('dy'), cats['y'])
-    im = ax.imshow(z, origin='lower', extent=(x0, x1, y0, y1), cmap=cmap, norm=norm, aspect=aspect, interpolation='nearest')
+    im = ax.imshow(z, origin='lower', extent=(x0, x1, y0, y1), cmap=cmap, norm=norm, aspect=aspect,
+                   interpolation='nearest')
     if xl: category_ticks(ax, 'x', xl)
     if yl: category_ticks(ax, 'y', yl)
     if t.get('texttemplate'):
@@ -493,7 +502,8 @@ def draw_scatter3d(ax, t:dict, color, M:np.ndarray): # 3D axes, a scatter3d trac
     v, cmap = _arr(c), mpl_cmap(line.get('colorscale'))
     lo, hi = line.get('cmin', np.nanmin(v)), line.get('cmax', np.nanmax(v))
     ok = [i for i in range(P.shape[1] - 1) if np.isfinite(P[:, i:i+2]).all()]
-    segs = Line3DCollection([P[:, i:i+2].T for i in ok], colors=[cmap((v[i] - lo)/max(hi - lo, 1e-12)) for i in ok], linewidths=lw)
+    segs = Line3DCollection([P[:, i:i+2].T for i in ok], colors=[cmap((v[i] - lo)/max(hi - lo, 1e-12)) for i in ok],
+                            linewidths=lw)
     return ax.add_collection3d(segs), P
 
 # %% ../nbs/00_core.ipynb #5c997ada
@@ -507,8 +517,10 @@ def _style_2d(ax, L:dict, xk:str, yk:str, image:bool):
         if l.get('type') == 'log': getattr(ax, f'set_{xy}scale')('log')
         if l.get('range') is not None:
             r = np.asarray(l['range'], float); getattr(ax, f'set_{xy}lim')(*(10**r if l.get('type') == 'log' else r))
-        if l.get('showticklabels') is False: ax.tick_params(axis=xy, **{'labelbottom' if xy == 'x' else 'labelleft': False})
-        rev = l.get('autorange') == 'reversed' or (xy == 'y' and image and 'autorange' not in l)   # images: row 0 on top
+        if l.get('showticklabels') is False: ax.tick_params(axis=xy,
+                                                            **{'labelbottom' if xy == 'x' else 'labelleft': False})
+        # images: row 0 on top
+        rev = l.get('autorange') == 'reversed' or (xy == 'y' and image and 'autorange' not in l)
         if rev and not getattr(ax, f'{xy}axis_inverted')(): getattr(ax, f'invert_{xy}axis')()
 
 def _style_3d(ax, S:dict, points:list):
@@ -545,9 +557,11 @@ def _annotate(mfig, axes:dict, panels:dict, L:dict, W:float):
             if side and abs(x - dx[1]) < 0.05 and dy[0] <= y <= dy[1]:              # a facet_row label
                 axes[k].secondary_yaxis('right').set(yticks=[], ylabel=text); break
             if not side and dx[0] <= x <= dx[1] and abs(y - dy[1]) < 0.03:        # a subplot or facet_col title
-                text = '\n'.join(textwrap.wrap(text.replace('=', '= '), max(8, int((dx[1] - dx[0])*W/10)), break_long_words=False)).replace('= ', '=')
+                text = '\n'.join(textwrap.wrap(text.replace('=', '= '), max(8, int((dx[1] - dx[0])*W/10)),
+                                               break_long_words=False)).replace('= ', '=')
                 axes[k].set_title('\n'.join(filter(None, [axes[k].get_title(), text])), fontsize=9); break
-        else: mfig.text(x, y, text, ha=a.get('xanchor') if a.get('xanchor') in ('left', 'right') else 'center', fontsize=9)
+        else: mfig.text(x, y, text,
+                        ha=a.get('xanchor') if a.get('xanchor') in ('left', 'right') else 'center', fontsize=9)
 
 def _shapes(axes:dict, L:dict):
     "Reference lines across a panel (`add_hline`, `add_vline`) and rectangles in data coordinates."
@@ -555,14 +569,18 @@ def _shapes(axes:dict, L:dict):
         xr, yr = s.get('xref', 'x'), s.get('yref', 'y')
         ax = axes.get((xr.split()[0] if xr != 'paper' else 'x', yr.split()[0] if yr != 'paper' else 'y'))
         line = s.get('line') or {}
-        kw = dict(color=mpl_color(line.get('color')) or '#444', linestyle=_DASHES.get(line.get('dash'), '-'), linewidth=1)
+        kw = dict(color=mpl_color(line.get('color')) or '#444', linestyle=_DASHES.get(line.get('dash'), '-'),
+                  linewidth=1)
         across_x, across_y = xr.endswith('domain') or xr == 'paper', yr.endswith('domain') or yr == 'paper'
-        if ax is not None and s.get('type') == 'line' and across_x and s.get('y0') == s.get('y1'): ax.axhline(s['y0'], **kw)
-        elif ax is not None and s.get('type') == 'line' and across_y and s.get('x0') == s.get('x1'): ax.axvline(s['x0'], **kw)
+        if ax is not None and s.get('type') == 'line' and across_x and s.get('y0') == s.get('y1'):
+            ax.axhline(s['y0'], **kw)
+        elif ax is not None and s.get('type') == 'line' and across_y and s.get('x0') == s.get('x1'):
+            ax.axvline(s['x0'], **kw)
         elif ax is not None and s.get('type') == 'rect' and not (across_x or across_y):
             from matplotlib.patches import Rectangle
             ax.add_patch(Rectangle((s['x0'], s['y0']), s['x1'] - s['x0'], s['y1'] - s['y0'], fill=False, **kw))
-        else: raise NotImplementedError(f"no matplotlib rendering for the shape {s}; save the figure with png='kaleido' or png='off'")
+        else: raise NotImplementedError(f"no matplotlib rendering for the shape {s}; save the figure with "
+                                        "png='kaleido' or png='off'")
 
 # %% ../nbs/00_core.ipynb #d9918509
 def _bin_axis(traces:list, ax:str):
@@ -576,7 +594,8 @@ def _bin_axis(traces:list, ax:str):
     edges = (np.arange(b['start'], b['end'] + b['size'], b['size']) if {'start', 'end', 'size'} <= set(b) else
              np.histogram_bin_edges(allv, bins=traces[0].get(f'nbins{ax}') or 'auto'))
     centres = list((edges[:-1] + edges[1:])/2)
-    return centres, [np.clip(np.searchsorted(edges, np.asarray(v, float), side='right') - 1, 0, len(centres) - 1) for v in vals]
+    return centres, [np.clip(np.searchsorted(edges, np.asarray(v, float), side='right') - 1, 0,
+                             len(centres) - 1) for v in vals]
 
 def histograms_as_heatmaps(d:dict) -> dict: # a figure dict
     "The figure with each histogram2d trace binned into a heatmap (bins shared per bingroup, as plotly does)."
@@ -584,7 +603,8 @@ def histograms_as_heatmaps(d:dict) -> dict: # a figure dict
     if not hs: return d
     for t in hs:
         if t.get('histfunc', 'count') not in ('count', 'sum') or t.get('histnorm', '') not in ('', 'percent', 'probability'):
-            raise NotImplementedError(f"histogram2d with histfunc={t.get('histfunc')!r}, histnorm={t.get('histnorm')!r} is not drawn; "
+            raise NotImplementedError(f"histogram2d with histfunc={t.get('histfunc')!r}, "
+                                      f"histnorm={t.get('histnorm')!r} is not drawn; "
                                       "use png='kaleido' or png='off'")
     out = {}
     for ax in 'xy':
@@ -668,7 +688,8 @@ def _draw_traces(d:dict, axes:dict, cats:dict, scales:dict) -> tuple[dict, dict,
         typ, color = t.get('type', 'scatter'), mpl_color(colorway[i % len(colorway)])
         if typ == 'scatter3d':
             k = t.get('scene', 'scene')
-            h, P = draw_scatter3d(axes[k], t, color, scene_axes_map(((L.get(k) or {}).get('camera') or {}).get('up') or {})[0])
+            h, P = draw_scatter3d(axes[k], t, color,
+                                  scene_axes_map(((L.get(k) or {}).get('camera') or {}).get('up') or {})[0])
             pts.setdefault(k, []).append(P)
         else:
             k = (t.get('xaxis', 'x'), t.get('yaxis', 'y')); ax = axes[k]
@@ -682,7 +703,8 @@ def _draw_traces(d:dict, axes:dict, cats:dict, scales:dict) -> tuple[dict, dict,
                 s = slots[k] = slots.get(k, -1) + 1
                 bottom = stacks.get(k) if not group else None
                 h = draw_bar(ax, t, color, cats[k], s if group else 0, nbars[k] if group else 1, bottom)
-                if not group: stacks[k] = _arr(t.get('x' if t.get('orientation') == 'h' else 'y')) + (0 if bottom is None else bottom)
+                if not group:
+                    stacks[k] = _arr(t.get('x' if t.get('orientation') == 'h' else 'y')) + (0 if bottom is None else bottom)
         lg = t.get('legendgroup') or t.get('name')
         if t.get('name') and t.get('showlegend') is not False and lg not in legend and typ not in ('image', 'heatmap'):
             legend[lg] = (h, plain_text(t['name']), t.get('showlegend') is True)
@@ -697,7 +719,8 @@ def figure_to_matplotlib(fig, # a plotly figure (or its dict)
     d = decode_arrays(fig.to_dict() if hasattr(fig, 'to_dict') else fig)
     L = d.setdefault('layout', {})
     bad = sorted({t.get('type', 'scatter') for t in d['data']} - set(_DRAWN))
-    if bad: raise NotImplementedError(f"no matplotlib rendering for plotly {', '.join(bad)} traces (it draws {', '.join(_DRAWN)}); "
+    if bad: raise NotImplementedError(f"no matplotlib rendering for plotly {', '.join(bad)} traces (it draws "
+                                      f"{', '.join(_DRAWN)}); "
                                       "save this figure with png='kaleido' (needs Chrome) or png='off'")
     d = histograms_as_heatmaps(d)
     W, H = width or L.get('width') or 700, height or L.get('height') or 500
@@ -707,7 +730,8 @@ def figure_to_matplotlib(fig, # a plotly figure (or its dict)
     legend, colorbars, pts = _draw_traces(d, axes, cats, scales)
     for k, ax in axes.items():
         if k in pts: _style_3d(ax, L.get(k) or {}, pts[k]); continue
-        _style_2d(ax, L, *k, any(t.get('type') == 'image' and (t.get('xaxis', 'x'), t.get('yaxis', 'y')) == k for t in d['data']))
+        _style_2d(ax, L, *k,
+                  any(t.get('type') == 'image' and (t.get('xaxis', 'x'), t.get('yaxis', 'y')) == k for t in d['data']))
         if not any(t.get('type') == 'heatmap' and (t.get('xaxis', 'x'), t.get('yaxis', 'y')) == k for t in d['data']):
             for xy, c in cats[k].items():
                 if c: category_ticks(ax, xy, list(c))
@@ -783,7 +807,9 @@ def figure_html(fig, # a plotly figure
     img = (f'<img alt="{html.escape(title)}" style="max-width:100%" src="data:image/png;base64,'
            f'{base64.b64encode(png).decode()}">' if png else '')
     div = fig.to_html(full_html=False, include_plotlyjs=False)
-    path.write_text(_HTML.format(title=html.escape(title), cdn=f'https://cdn.plot.ly/plotly-{get_plotlyjs_version()}.min.js', div=div, img=img), encoding='utf-8')
+    path.write_text(_HTML.format(title=html.escape(title),
+                                 cdn=f'https://cdn.plot.ly/plotly-{get_plotlyjs_version()}.min.js', div=div, img=img),
+                    encoding='utf-8')
     return path
 
 # %% ../nbs/00_core.ipynb #2b154f5a

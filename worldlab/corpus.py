@@ -16,7 +16,7 @@ import roma
 import torch
 
 from .camera import PRIMITIVES, COMPOSITES, trajectory_from_prompt
-from .core import save_json
+from .core import read_video, save_json
 from .prompts import camera_phrase
 from .scenes import CATEGORIES, World, scene_category, box, column, make_world, render_video, save_clip, load_clip, sphere
 from .splat import concat
@@ -30,10 +30,12 @@ __all__ = ['COLOURS', 'SHAPES', 'TEST_SUBJECTS', 'PLACES', 'WORLD_SEEDS', 'DYNAM
 COLOURS = {'red': (0.85, 0.12, 0.1), 'green': (0.15, 0.7, 0.2), 'blue': (0.15, 0.3, 0.9),
            'yellow': (0.95, 0.85, 0.15), 'white': (0.95, 0.95, 0.95), 'purple': (0.6, 0.2, 0.75)}
 SHAPES = ('ball', 'cube', 'pillar')
-TEST_SUBJECTS = {('red', 'cube'), ('green', 'pillar'), ('blue', 'ball'), ('yellow', 'pillar'), ('white', 'ball'), ('purple', 'cube')}
+TEST_SUBJECTS = {('red', 'cube'), ('green', 'pillar'), ('blue', 'ball'), ('yellow', 'pillar'), ('white', 'ball'),
+                 ('purple', 'cube')}
 PLACES = {'natural_landscapes': 'in a green meadow', 'urban_architecture': 'in a city square',
           'micro_still_life': 'on a wooden table', 'fantasy_surrealism': 'in a violet dream world'}
-WORLD_SEEDS = {'train': 10_000, 'test': 50_000}     # first world seed of each split (benchmarks use < 100, the depth prior 1000-7000)
+# first world seed of each split (benchmarks use < 100, the depth prior 1000-7000)
+WORLD_SEEDS = {'train': 10_000, 'test': 50_000}
 
 def subjects(split:str) -> list[tuple[str, str]]:
     "The (colour, shape) subjects of a split: the Latin square for 'test', the other twelve for 'train'."
@@ -99,7 +101,8 @@ def moving_subject(world:World, kind:str, sign:int=1): # sign: direction (slides
     def scene(t:float):
         G = world.gaussians
         moved = fn(G[idx], t, sign)
-        return replace(G, **{k: getattr(G, k).index_copy(0, idx, getattr(moved, k)) for k in ('means', 'quats', 'scales')})
+        return replace(G,
+                       **{k: getattr(G, k).index_copy(0, idx, getattr(moved, k)) for k in ('means', 'quats', 'scales')})
     return scene
 
 # %% ../nbs/06b_corpus.ipynb #1da5d509
@@ -141,7 +144,8 @@ def plan_corpus(n_train:int=1800, n_test:int=240, # clips per split
                 undo = first.rsplit('_', 1)[0] + ('_right' if first.endswith('_left') else '_left')
                 cams.append(rnd.choice([c for c in MOVING if c not in COMPOSITES and c not in (first, undo)]))
             colour, shape = subs[rnd.randrange(len(subs))]
-            spec = ClipSpec(f'{split}-{i:05d}', split, CATEGORIES[j % len(CATEGORIES)], WORLD_SEEDS[split] + i, colour, shape, cams,
+            spec = ClipSpec(f'{split}-{i:05d}', split, CATEGORIES[j % len(CATEGORIES)], WORLD_SEEDS[split] + i, colour,
+                            shape, cams,
                             rnd.choice(list(DYNAMICS)) if dyn else '', rnd.choice([-1, 1]))
             out.append(replace(spec, caption=caption_for(spec)))
     return out
@@ -174,7 +178,8 @@ def write_corpus(specs:list[ClipSpec], folder:str|Path, num_frames:int=17, H:int
         except Exception as e:                                           # one bad clip does not sink the corpus
             failed += 1
             with open(folder/'failures.jsonl', 'a') as f:
-                f.write(json.dumps(dict(id=spec.id, error=f'{type(e).__name__}: {e}', traceback=traceback.format_exc())) + '\n')
+                f.write(json.dumps(dict(id=spec.id, error=f'{type(e).__name__}: {e}',
+                                        traceback=traceback.format_exc())) + '\n')
     return dict(done=done, skipped=skipped, failed=failed)
 
 def read_corpus(folder:str|Path) -> pd.DataFrame:
@@ -192,7 +197,6 @@ def read_corpus(folder:str|Path) -> pd.DataFrame:
 def frame_strip(paths:list, # clips to show, one row each
                 frames:int=5) -> np.ndarray:
     "An image `uint8 [rows*H, frames*W, 3]`: `frames` evenly spaced frames of each clip, side by side."
-    from worldlab.core import read_video
     rows = []
     for p in paths:
         v, _ = read_video(p)
@@ -224,7 +228,8 @@ def corpus_card(folder:str|Path, command:str='', seconds:float|None=None, rows:i
           "## Clips per split and category\n", markdown_table(pd.crosstab(df.category, [df.split, df.kind])),
           "\n## Clips per split and camera (chains: first move)\n",
           markdown_table(pd.crosstab(df.cameras.map(lambda c: c[0] + (' + 1' if len(c) > 1 else '')).rename('camera'), df.split)),
-          "\n## Object motion (dynamic clips)\n", markdown_table(pd.crosstab(df.dynamic[df.kind == 'dynamic'], df.split[df.kind == 'dynamic'])),
+          "\n## Object motion (dynamic clips)\n",
+          markdown_table(pd.crosstab(df.dynamic[df.kind == 'dynamic'], df.split[df.kind == 'dynamic'])),
           "\n## Subjects\n", markdown_table(pd.crosstab((df.colour + ' ' + df['shape']).rename('subject'), df.split)),
           "\n## Frames\n", f"Rows: {', '.join(pick.id)} (five evenly spaced frames each).\n\n![frames](strip.png)\n",
           "\n## Captions (first of each split)\n", *[f"- `{r.id}`: {r.caption}" for r in pick.itertuples()]]

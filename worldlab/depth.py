@@ -38,7 +38,8 @@ def depth_views(n_worlds:int, # worlds, categories in turn
         world = make_world(categories[i % len(categories)], seed=seed + i)
         c2w = []
         for _ in range(views):
-            traj = chain_trajectory([PRIMITIVES[int(torch.randint(len(PRIMITIVES), (), generator=g))]], num_frames, H, W)
+            traj = chain_trajectory([PRIMITIVES[int(torch.randint(len(PRIMITIVES), (), generator=g))]],
+                                    num_frames, H, W)
             T = traj.c2w[int(torch.randint(num_frames, (), generator=g))].clone()
             T[:3, :3] = T[:3, :3] @ roma.rotvec_to_rotmat(math.radians(3)*torch.randn(3, generator=g, dtype=torch.float64))
             T[:3, 3] += 0.05*traj.z_ref*torch.randn(3, generator=g, dtype=torch.float64)
@@ -48,7 +49,8 @@ def depth_views(n_worlds:int, # worlds, categories in turn
     return dict(rgb=torch.cat(rgb), log_depth=torch.cat(logd), mask=torch.cat(mask))
 
 # %% ../nbs/06a_depth.ipynb #e86693af
-def _block(i, o): return nn.Sequential(nn.Conv2d(i, o, 3, padding=1), nn.GELU(), nn.Conv2d(o, o, 3, padding=1), nn.GELU())
+def _block(i, o): return nn.Sequential(nn.Conv2d(i, o, 3, padding=1), nn.GELU(),
+                                       nn.Conv2d(o, o, 3, padding=1), nn.GELU())
 
 class DepthNet(nn.Module):
     "A small U-Net: RGB `[B,3,H,W]` in [0,1] -> log-depth `[B,H,W]` up to a constant (per-image mean 0)."
@@ -93,12 +95,14 @@ def train_depth_net(data:dict, # from `depth_views`
     net = DepthNet(width)
     opt = torch.optim.AdamW(net.parameters(), lr=lr, weight_decay=1e-4)
     warm = max(1, steps//20)
-    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda k: min(1, (k + 1)/warm)*0.5*(1 + math.cos(math.pi*min(k, steps)/steps)))
+    sched = torch.optim.lr_scheduler.LambdaLR(opt,
+                                              lambda k: min(1, (k + 1)/warm)*0.5*(1 + math.cos(math.pi*min(k, steps)/steps)))
     hist, N = [], len(data['rgb'])
     for step in range(steps):
         idx = torch.randint(N, (min(batch, N),), generator=g)
         x, y, m = data['rgb'][idx], data['log_depth'][idx], data['mask'][idx]
-        if torch.rand((), generator=g) < 0.5: x, y, m = x.flip(-1), y.flip(-1), m.flip(-1)   # a mirrored world is a world
+        # a mirrored world is a world
+        if torch.rand((), generator=g) < 0.5: x, y, m = x.flip(-1), y.flip(-1), m.flip(-1)
         loss = si_log_error(net(x), y, m).pow(2).mean()
         opt.zero_grad(); loss.backward(); opt.step(); sched.step()
         if not math.isfinite(float(loss)): raise FloatingPointError(f"depth prior training diverged at step {step}")
@@ -126,7 +130,8 @@ class DepthPrior:
         self.net, self.size, self.label, self.info = net.eval(), tuple(size), label, info or {}
 
     def __call__(self, frame:torch.Tensor) -> torch.Tensor: # [3,H,W] in [0,1]
-        if frame.ndim != 3 or frame.shape[0] != 3: raise ValueError(f"expected one frame [3,H,W], got {tuple(frame.shape)}")
+        if frame.ndim != 3 or frame.shape[0] != 3: raise ValueError("expected one frame [3,H,W], got "
+                                                                    f"{tuple(frame.shape)}")
         H, W = frame.shape[-2:]
         x = F.interpolate(frame[None].float(), size=self.size, mode='bilinear', align_corners=False, antialias=True)
         with torch.no_grad(): logd = self.net(x.clamp(0, 1))[None]
@@ -151,7 +156,8 @@ def load_depth_prior(path:str|Path|None=None, # a file from `save_depth_prior` (
     ck = torch.load(path, map_location='cpu', weights_only=True)
     net = DepthNet(ck['width'], ck['levels'])
     net.load_state_dict({k: v.float() for k, v in ck['state'].items()})
-    return DepthPrior(net, ck['size'], f"procedural-domain depth prior ({path.name}; trained on worldlab.scenes worlds only)",
+    return DepthPrior(net, ck['size'],
+                      f"procedural-domain depth prior ({path.name}; trained on worldlab.scenes worlds only)",
                       ck.get('info', {}))
 
 @functools.lru_cache(maxsize=4)

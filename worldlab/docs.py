@@ -36,7 +36,8 @@ def site_pages(nbs:str|Path|None=None, # the nbs/ folder (default: the checkout'
     nbs = notebooks_dir(nbs)
     found = [Page(nbs/'index.ipynb', 'index', 'index')] if (nbs/'index.ipynb').exists() else []
     found += [Page(p, p.stem, 'lessons') for p in sorted(nbs.glob('*.ipynb')) if p.stem != 'index']
-    for sub in ('tutorials', 'runs'): found += [Page(p, f'{sub}/{p.stem}', sub) for p in sorted((nbs/sub).glob('*.ipynb'))]
+    for sub in ('tutorials', 'runs'):
+        found += [Page(p, f'{sub}/{p.stem}', sub) for p in sorted((nbs/sub).glob('*.ipynb'))]
     if not only: return found
     hit = lambda pg, pat: fnmatch.fnmatch(pg.rel, pat) or fnmatch.fnmatch(Path(pg.rel).name, pat)
     missing = [pat for pat in only if not any(hit(pg, pat) for pg in found)]
@@ -89,8 +90,11 @@ def _failure(nb, e:Exception) -> dict:
     "Where and why an execution stopped."
     code_cells = [c for c in nb.cells if c.cell_type == 'code']
     bad = next((i for i, c in enumerate(code_cells) if any(o.get('output_type') == 'error' for o in c.get('outputs', []))), None)
-    if bad is None: bad = next((i for i, c in enumerate(code_cells) if c.source and c.get('execution_count') is None), None)  # a timeout
-    err = next((o for o in code_cells[bad].outputs if o.get('output_type') == 'error'), None) if bad is not None else None
+    if bad is None:
+        # a timeout
+        bad = next((i for i, c in enumerate(code_cells) if c.source and c.get('execution_count') is None), None)
+    err = next((o for o in code_cells[bad].outputs if o.get('output_type') == 'error'),
+               None) if bad is not None else None
     first = (_ANSI.sub('', str(e)).strip().splitlines() or [''])[0]
     msg = f"{err['ename']}: {_ANSI.sub('', err['evalue'])}" if err else f"{type(e).__name__}: {first}"
     return dict(state='failed', cell=None if bad is None else bad + 1, error=msg[:500])
@@ -107,9 +111,11 @@ def execute_notebook(src:str|Path, # a notebook
     nb = nbformat.read(src, as_version=4)
     run, skipped = copy.deepcopy(nb), {}
     for i, c in enumerate(run.cells):
-        if c.cell_type == 'code' and (why := skip_reason(c.source, flags, c.metadata.get('tags', []))): c.source, skipped[i] = '', why
+        if c.cell_type == 'code' and (why := skip_reason(c.source, flags, c.metadata.get('tags', []))):
+            c.source, skipped[i] = '', why
     tmp = tempfile.mkdtemp(prefix='worldlab-docs-outputs-')
-    kenv = {**os.environ, 'PLOTLY_RENDERER': 'plotly_mimetype', 'WORLDLAB_OUTPUTS': tmp, 'PYDEVD_DISABLE_FILE_VALIDATION': '1', **(env or {})}
+    kenv = {**os.environ, 'PLOTLY_RENDERER': 'plotly_mimetype', 'WORLDLAB_OUTPUTS': tmp,
+            'PYDEVD_DISABLE_FILE_VALIDATION': '1', **(env or {})}
     client = NotebookClient(run, timeout=timeout, kernel_name='python3', allow_errors=False,
                             record_timing=False, resources={'metadata': {'path': str(src.parent)}},
                             extra_arguments=['--IPKernelApp.log_level=CRITICAL'])   # the kernel's own log is noise here
@@ -121,7 +127,8 @@ def execute_notebook(src:str|Path, # a notebook
         if c.cell_type != 'code': continue
         c.outputs, c.execution_count = ([], None) if i in skipped else (r.get('outputs', []), r.get('execution_count'))
         if i in skipped: c.metadata['worldlab_skipped'] = skipped[i]
-    if 'widgets' in run.metadata: nb.metadata['widgets'] = run.metadata['widgets']   # what ipywidgets showed (see `static_outputs`)
+    # what ipywidgets showed (see `static_outputs`)
+    if 'widgets' in run.metadata: nb.metadata['widgets'] = run.metadata['widgets']
     return nb, status | dict(seconds=round(time.time() - t0, 1), skipped=len(skipped))
 
 # %% ../nbs/00c_docs.ipynb #7f52e8a7
@@ -139,7 +146,8 @@ def source_key(src:str|Path, # a notebook
     if (root/'data').is_dir():
         for dirpath, dirs, files in sorted(os.walk(root/'data')):
             dirs.sort()
-            for f in sorted(files): h.update(f"{Path(dirpath, f).relative_to(root)} {Path(dirpath, f).stat().st_size}".encode())
+            for f in sorted(files):
+                h.update(f"{Path(dirpath, f).relative_to(root)} {Path(dirpath, f).stat().st_size}".encode())
     return h.hexdigest()[:20]
 
 # %% ../nbs/00c_docs.ipynb #fc56a49b
@@ -156,7 +164,8 @@ def signature_source(obj) -> str:
     "The definition's header as the library writes it: a `def` with its documented parameters, or a class with its fields."
     import inspect, textwrap
     try: src = textwrap.dedent(inspect.getsource(obj))
-    except (OSError, TypeError): return f"{obj.__name__}{inspect.signature(obj)}"     # no source file: the signature alone
+    # no source file: the signature alone
+    except (OSError, TypeError): return f"{obj.__name__}{inspect.signature(obj)}"
     defs = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)
     lines, tree = src.splitlines(), ast.parse(src)
     node = next((n for n in tree.body if isinstance(n, defs) and n.name == obj.__name__), None)
@@ -190,8 +199,10 @@ def plotly_div(fig:dict, # a plotly figure as JSON: {'data': [...], 'layout': {.
               ) -> str:
     "HTML for a plotly figure that the site draws with its local plotly.js."
     layout = dict(fig.get('layout', {}))
-    width, height = layout.pop('width', None), layout.get('height') or 450   # the figure fills its div, at most as wide as made
-    spec = json.dumps(dict(data=fig.get('data', []), layout=layout, config={**fig.get('config', {}), 'responsive': True}),
+    # the figure fills its div, at most as wide as made
+    width, height = layout.pop('width', None), layout.get('height') or 450
+    spec = json.dumps(dict(data=fig.get('data', []), layout=layout,
+                           config={**fig.get('config', {}), 'responsive': True}),
                       separators=(',', ':')).replace('</', '<\\/')     # the JSON cannot end the script
     style = f"height:{height}px" + (f";max-width:{width}px" if width else '')
     return (f'<div class="wl-plotly" id="{div_id}" style="{style}"></div>\n'
@@ -217,7 +228,8 @@ def static_outputs(outputs:list, # a code cell's outputs
     for j, o in enumerate(copy.deepcopy(outputs)):
         data = o.get('data', {})
         if PLOTLY_MIME in data:
-            o['data'] = {'text/html': plotly_div(data[PLOTLY_MIME], f'{prefix}-{j}'), 'text/plain': data.get('text/plain', '')}
+            o['data'] = {'text/html': plotly_div(data[PLOTLY_MIME], f'{prefix}-{j}'),
+                         'text/plain': data.get('text/plain', '')}
         elif WIDGET_MIME in data:
             inner = widget_outputs(data[WIDGET_MIME].get('model_id', ''), widgets or {})
             o['data'] = {'text/html': _WIDGET_NOTE.format('; below, what it showed when the notebook ran' if inner else '')}
@@ -272,16 +284,20 @@ def lesson_page(nb, # an executed notebook (`execute_notebook`)
             if {'export', 'exporti'} & set(d): tags.append('hide-input')
             if d.get('echo') == 'false': tags.append('remove-input')
             if d.get('output') == 'false': tags.append('remove-output')
-            if (why := c.metadata.pop('worldlab_skipped', None)) and why.startswith('#| ') and why != '#| eval: false':   # the author's flags
+            # the author's flags
+            if (why := c.metadata.pop('worldlab_skipped', None)) and why.startswith('#| ') and why != '#| eval: false':
                 c.outputs = [dict(output_type='display_data', metadata={}, data={'text/html':
                     f'<p class="wl-skipped">Not run when the site was built (<code>{html.escape(why)}</code>).</p>'})]
-        if c.cell_type == 'markdown' and page.section == 'index': c.source = c.source.replace('](_docs/site/', '](')  # the README's link to the site
+        # the README's link to the site
+        if c.cell_type == 'markdown' and page.section == 'index': c.source = c.source.replace('](_docs/site/', '](')
         cells.append(c)
         if lib is not None and c.cell_type == 'code' and {'export', 'exports'} & set(d):
             for name in _defined_names(c.source):
-                if (obj := getattr(lib, name, None)) is not None: cells.append(_md(api_markdown(obj, f'worldlab.{mod}.{name}')))
+                if (obj := getattr(lib, name, None)) is not None:
+                    cells.append(_md(api_markdown(obj, f'worldlab.{mod}.{name}')))
     t = _title_index(cells)
-    nb.cells = [cells[t], _md(_banner(page, status, repo_url))] + cells[:t] + cells[t + 1:]   # title first, then the links
+    # title first, then the links
+    nb.cells = [cells[t], _md(_banner(page, status, repo_url))] + cells[:t] + cells[t + 1:]
     return nb
 
 # %% ../nbs/00c_docs.ipynb #7e4197ca
@@ -329,14 +345,16 @@ def _toctree(pages:list[Page]) -> str:
     out = []
     for key, caption in SECTIONS.items():
         rels = [p.rel for p in pages if p.section == key]
-        if key != 'index' and rels: out.append(f"```{{toctree}}\n:caption: {caption}\n:maxdepth: 1\n\n" + '\n'.join(rels) + "\n```")
+        if key != 'index' and rels:
+            out.append(f"```{{toctree}}\n:caption: {caption}\n:maxdepth: 1\n\n" + '\n'.join(rels) + "\n```")
     out.append("```{toctree}\n:caption: About\n:maxdepth: 1\n\nbuild\n```")
     return '\n\n'.join(out)
 
 def _build_page(results:list[tuple[Page, dict]], commit:str) -> str:
     "A page listing how each notebook ran for this build."
     rows = [f"| [{p.rel}]({p.rel}.ipynb) | {s['state']}{' (cell ' + str(s['cell']) + ')' if s.get('cell') else ''} | "
-            f"{'cached' if s.get('cached') else s.get('seconds', '')} | {s.get('skipped', 0)} | {html.escape(s.get('error') or '').replace('|', '/')} |"
+            f"{'cached' if s.get('cached') else s.get('seconds', '')} | {s.get('skipped', 0)} | "
+            f"{html.escape(s.get('error') or '').replace('|', '/')} |"
             for p, s in results]
     failed = [p.rel for p, s in results if s['state'] != 'done']
     return (f"# About this site\n\nBuilt by `worldlab docs` on {time.strftime('%Y-%m-%d %H:%M')} from commit `{commit}`. "
@@ -363,7 +381,8 @@ def write_project(results:list[tuple[Page, dict, dict]], # (page, executed noteb
     (src_dir/'_static'/'worldlab-plotly.js').write_text(_PLOTLY_JS)
     (src_dir/'_static'/'plotly.min.js').write_text(get_plotlyjs(), encoding='utf-8')
     for sub in [p for p in nbs.iterdir() if p.is_dir() and not p.name.startswith(('.', '_')) and p.name not in ('runs', 'tutorials')]:
-        shutil.copytree(sub, src_dir/sub.name, ignore=shutil.ignore_patterns('*.ipynb', '.ipynb_checkpoints'))   # images/
+        # images/
+        shutil.copytree(sub, src_dir/sub.name, ignore=shutil.ignore_patterns('*.ipynb', '.ipynb_checkpoints'))
     for page, nb, status in results:
         shown = nbformat.from_dict(lesson_page(nb, page, status, repo_url))
         if page.section == 'index': shown.cells.append(_md(_toctree([p for p, _, _ in results])))
@@ -419,7 +438,8 @@ def _execute_cached(page:Page, cache:Path|None, root:Path, flags:list, timeout:i
     nb, status = execute_notebook(page.src, flags, timeout)
     if cache and status['state'] == 'done':                       # a failure is tried again next time
         for old in cache.glob(f'{name}.*'): old.unlink()
-        nbformat.write(nb, tmp := nb_file.with_suffix(f'.{os.getpid()}.tmp')); os.replace(tmp, nb_file)   # whole or absent
+        # whole or absent
+        nbformat.write(nb, tmp := nb_file.with_suffix(f'.{os.getpid()}.tmp')); os.replace(tmp, nb_file)
         save_json(status, st_file)
     return nb, status
 
@@ -448,23 +468,29 @@ def build_site(out:str|Path|None=None, # where the site goes (default: <project>
             ('' if st['state'] == 'done' else f"  FAILED at cell {st.get('cell')}: {st['error']}"))
         return pg, nb, st
     with ThreadPoolExecutor(max(1, jobs)) as ex: results = list(ex.map(one, pages))
-    src = write_project(results, out.parent/f'{out.name}.src', nbs, repo_url, _git_commit(root))   # beside the site: builds can run side by side
+    # beside the site: builds can run side by side
+    src = write_project(results, out.parent/f'{out.name}.src', nbs, repo_url, _git_commit(root))
     log(f"  sphinx: {src} -> {out}")
     if out.exists(): shutil.rmtree(out)
-    r = subprocess.run([sys.executable, '-m', 'sphinx', '-b', 'html', '-q', '-E', '-w', str(src/'sphinx-warnings.log'), str(src), str(out)],
-                       capture_output=True, text=True, env={**os.environ, 'PYTHONPATH': os.pathsep.join(filter(None, [str(root), os.environ.get('PYTHONPATH')]))})
+    r = subprocess.run([sys.executable, '-m', 'sphinx', '-b', 'html', '-q', '-E', '-w', str(src/'sphinx-warnings.log'),
+                        str(src), str(out)],
+                       capture_output=True, text=True,
+                       env={**os.environ,
+                            'PYTHONPATH': os.pathsep.join(filter(None, [str(root), os.environ.get('PYTHONPATH')]))})
     if r.returncode != 0: raise RuntimeError(f"sphinx-build failed (exit {r.returncode}):\n{r.stderr[-3000:]}")
     return SiteResult(out, [(p, s) for p, _, s in results], time.time() - t0)
 
 # %% ../nbs/00c_docs.ipynb #cafc5a5f
-CHROMIUM_ARGS = ['--headless', '--no-sandbox', '--disable-gpu', '--disable-quic', '--no-first-run', '--disable-background-networking',
+CHROMIUM_ARGS = ['--headless', '--no-sandbox', '--disable-gpu', '--disable-quic', '--no-first-run',
+                 '--disable-background-networking',
                  '--disable-component-update', '--disable-sync', '--disable-dev-shm-usage']
 FIGURES = 'article img, article video, article div.wl-plotly, article table.dataframe'
 
 def chromium_path() -> str:
     "The Chromium to drive: $WORLDLAB_CHROMIUM, else chromium on the PATH; a clear error when there is none."
     exe = os.environ.get('WORLDLAB_CHROMIUM') or shutil.which('chromium') or shutil.which('chromium-browser')
-    if not exe: raise FileNotFoundError("no Chromium found: install Debian's (apt-get install -y chromium) or set WORLDLAB_CHROMIUM")
+    if not exe:
+        raise FileNotFoundError("no Chromium found: install Debian's (apt-get install -y chromium) or set WORLDLAB_CHROMIUM")
     return exe
 
 def ink(png:bytes) -> float:
@@ -514,7 +540,8 @@ def _check_page(page, url:str, shot:Path|None, min_ink:float) -> dict:
     if shot is not None:
         shot.parent.mkdir(parents=True, exist_ok=True)
         h = min(page.evaluate('document.documentElement.scrollHeight'), 12000)
-        page.screenshot(path=str(shot), full_page=True, clip=dict(x=0, y=0, width=page.viewport_size['width'], height=h))
+        page.screenshot(path=str(shot), full_page=True,
+                        clip=dict(x=0, y=0, width=page.viewport_size['width'], height=h))
         rep['screenshot'] = str(shot)
     return rep
 
@@ -559,7 +586,8 @@ def page_problems(rep:dict) -> list[str]:
     for f in rep['figures']:
         if not f['loaded']: out.append(f"{rep['page']}: {f['kind']} did not load: {f['src']}")
         elif f['blank']: out.append(f"{rep['page']}: {f['kind']} is blank (ink {f['ink']}): {f['src']}")
-        if f['kind'] == 'plotly' and not f['traces']: out.append(f"{rep['page']}: plotly figure {f['src']} has no traces")
+        if f['kind'] == 'plotly' and not f['traces']:
+            out.append(f"{rep['page']}: plotly figure {f['src']} has no traces")
     return out
 
 # %% ../nbs/00c_docs.ipynb #be0919c9
@@ -567,7 +595,8 @@ def docs_main(a) -> int:
     "`worldlab docs`: build the site (and with --check, open every page in Chromium); the exit status."
     res = build_site(a.out, a.only or None, a.nbs, a.jobs, a.timeout, not a.no_cache, a.repo_url)
     print(f"worldlab docs: built {len(res.pages)} pages in {res.seconds:.0f}s -> {res.site/'index.html'}")
-    if res.failed: print(f"worldlab docs: these notebooks failed to execute (their pages say so): {', '.join(res.failed)}", file=sys.stderr)
+    if res.failed: print("worldlab docs: these notebooks failed to execute (their pages say so): "
+                         f"{', '.join(res.failed)}", file=sys.stderr)
     rc = 1 if a.strict and res.failed else 0
     if a.check:
         rd = outputs_root()/'docs'/make_run_id()

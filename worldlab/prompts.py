@@ -11,6 +11,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from .camera import PRIMITIVES, COMPOSITES, detect_camera_phrases
+from .core import pick_device, pick_dtype, shared_dataset
 
 # %% auto #0
 __all__ = ['CATEGORIES', 'LAYOUTS', 'SPLITS', 'PRIMITIVE_LAYOUT', 'CATEGORY_KEYWORDS', 'CATEGORY_WEIGHTS', 'CAMERA_POOLS',
@@ -66,8 +67,10 @@ class PromptRecord:
         if self.subcategory is not None and (self.category is None or self.subcategory not in CATEGORIES[self.category]):
             raise ValueError(f"{at}: field 'subcategory' {self.subcategory!r} is not one of {self.category}'s "
                              f"{CATEGORIES.get(self.category, ())}")
-        if self.layout not in LAYOUTS: raise ValueError(f"{at}: field 'layout' is {self.layout!r}; valid: {', '.join(LAYOUTS)}")
-        if self.split not in SPLITS: raise ValueError(f"{at}: field 'split' is {self.split!r}; valid: {', '.join(SPLITS)}")
+        if self.layout not in LAYOUTS: raise ValueError(f"{at}: field 'layout' is {self.layout!r}; valid: "
+                                                        f"{', '.join(LAYOUTS)}")
+        if self.split not in SPLITS:
+            raise ValueError(f"{at}: field 'split' is {self.split!r}; valid: {', '.join(SPLITS)}")
         return self
 
     @classmethod
@@ -102,7 +105,8 @@ def read_prompt_file(path:str|Path, split:str, name:str|None=None, # name used i
         try:
             line = raw.decode('utf-8').strip()
             if not line: raise ValueError(f"{where}: field 'text' is empty (blank line)")
-            if _HEADER.search(line): rep.skipped.append(f"{where}: section header, not a prompt: {line[:60]!r}"); continue
+            if _HEADER.search(line):
+                rep.skipped.append(f"{where}: section header, not a prompt: {line[:60]!r}"); continue
             lead = re.match(r'\s*camera\b([^.]*)\.', line, re.I)
             if lead and not detect_camera_phrases(lead.group(0)):
                 raise ValueError(f"{where}: field 'cameras': {lead.group(0)!r} names no known camera move; valid: "
@@ -121,11 +125,11 @@ def read_prompt_file(path:str|Path, split:str, name:str|None=None, # name used i
         rep.errors.append(msg)
     return rep
 
+# %% ../nbs/06_prompts.ipynb #67d592a3
 def load_world_r1(variant:str='final', # 'final' (short prompts) or 'enhanced' (long ones)
                   root:str|Path|None=None, # the dataset folder (default: shared/datasets/world-r1)
                   strict:bool=True) -> LoadReport:
     "All three splits of a World-R1 release variant as records."
-    from worldlab.core import shared_dataset
     root = Path(root) if root is not None else shared_dataset('world-r1')
     if variant not in ('final', 'enhanced'): raise ValueError(f"variant must be 'final' or 'enhanced', got {variant!r}")
     out = LoadReport([])
@@ -201,142 +205,213 @@ def category_camera_heatmap(records:list[PromptRecord], title:str=''):
 CATEGORY_WEIGHTS = {'natural_landscapes': 33, 'urban_architecture': 26, 'micro_still_life': 65,
                     'fantasy_surrealism': 46, 'artistic_styles': 13}
 _ALL_MOVES = ('push_in', 'pull_out', 'move_left', 'move_right', 'orbit_left', 'orbit_right', 'pan_left', 'pan_right')
-CAMERA_POOLS = {c: _ALL_MOVES + ('pull_left', 'pull_right') for c in ('natural_landscapes', 'urban_architecture', 'fantasy_surrealism')}
-CAMERA_POOLS |= {'micro_still_life': _ALL_MOVES, 'artistic_styles': _ALL_MOVES, 'dynamic': _ALL_MOVES + ('pull_left', 'pull_right', 'fixed')}
+CAMERA_POOLS = {c: _ALL_MOVES + ('pull_left', 'pull_right') for c in ('natural_landscapes', 'urban_architecture',
+                                                                      'fantasy_surrealism')}
+CAMERA_POOLS |= {'micro_still_life': _ALL_MOVES, 'artistic_styles': _ALL_MOVES,
+                 'dynamic': _ALL_MOVES + ('pull_left', 'pull_right', 'fixed')}
 AFFORDS = {'push_in': 'depth', 'orbit_left': 'centred', 'orbit_right': 'centred', 'pull_out': 'reveal',
            'move_left': 'lateral', 'move_right': 'lateral', 'pan_left': 'wide', 'pan_right': 'wide',
            'pull_left': 'wide', 'pull_right': 'wide', 'fixed': 'moving'}
 
-# %% ../nbs/06_prompts.ipynb #8ed25be1
+# %% ../nbs/06_prompts.ipynb #d840ed68
 # Scene vocabulary: subcategory -> subjects, each with the layouts it affords (c centred, d depth, r reveal,
 # l lateral, w wide), and the settings and details that finish a sentence. `test` marks subjects held out for the
 # test split (never used in train or dynamic), which keeps the splits disjoint in content, not only in text.
-VOCAB = {
- 'landforms': dict(subjects=['a lone granite spire:cr', 'a winding canyon:dlw', 'a chain of snow-capped peaks:wl', 'a basalt sea stack:cr',
-     'a terraced hillside:wl', 'a desert mesa:crw', 'a narrow slot canyon:d', 'a volcanic crater:cr', 'rolling sand dunes:wl',
-     'a glacier tongue:dw', 'a limestone arch:cd', 'a fjord between cliffs:dw', 'a moss-covered boulder:c|test', 'a red rock butte:cr|test',
-     'a dry riverbed winding into the distance:dl|test', 'a wide salt flat:wr|test'],
-     settings=['under a clear sky', 'at golden hour', 'beneath drifting clouds', 'in the blue light of dawn', 'after a summer storm'],
-     details=['layered strata catching the light', 'long shadows across the ground', 'sharp ridgelines receding into haze',
-              'scattered shrubs clinging to the slopes', 'fine wind ripples in the sand']),
- 'water': dict(subjects=['a tall waterfall:cdr', 'a mountain lake:wr', 'a river delta:wl', 'a rocky shoreline:lw', 'a hidden lagoon:cr',
-     'a stream through a forest:dl', 'a glassy tarn:cr', 'a coral reef:lw', 'a misty river gorge:dw', 'a tidal pool:c|test', 'a frozen lake:wr|test',
-     'a canal through reed beds:dl|test'],
-     settings=['in soft morning mist', 'under a bright noon sun', 'at dusk', 'beneath a pale overcast sky', 'in late autumn'],
+VOCAB = {}
+VOCAB |= {  # natural_landscapes
+ 'landforms': dict(
+     subjects=['a lone granite spire:cr', 'a winding canyon:dlw', 'a chain of snow-capped peaks:wl',
+               'a basalt sea stack:cr', 'a terraced hillside:wl', 'a desert mesa:crw', 'a narrow slot canyon:d',
+               'a volcanic crater:cr', 'rolling sand dunes:wl', 'a glacier tongue:dw', 'a limestone arch:cd',
+               'a fjord between cliffs:dw', 'a moss-covered boulder:c|test', 'a red rock butte:cr|test',
+               'a dry riverbed winding into the distance:dl|test', 'a wide salt flat:wr|test'],
+     settings=['under a clear sky', 'at golden hour', 'beneath drifting clouds', 'in the blue light of dawn',
+               'after a summer storm'],
+     details=['layered strata catching the light', 'long shadows across the ground',
+              'sharp ridgelines receding into haze', 'scattered shrubs clinging to the slopes',
+              'fine wind ripples in the sand']),
+ 'water': dict(
+     subjects=['a tall waterfall:cdr', 'a mountain lake:wr', 'a river delta:wl', 'a rocky shoreline:lw',
+               'a hidden lagoon:cr', 'a stream through a forest:dl', 'a glassy tarn:cr', 'a coral reef:lw',
+               'a misty river gorge:dw', 'a tidal pool:c|test', 'a frozen lake:wr|test',
+               'a canal through reed beds:dl|test'],
+     settings=['in soft morning mist', 'under a bright noon sun', 'at dusk', 'beneath a pale overcast sky',
+               'in late autumn'],
      details=['clear reflections on the surface', 'spray drifting over wet stone', 'ripples spreading across the water',
               'reeds lining the banks', 'light shimmering through the shallows']),
- 'weather_and_light': dict(subjects=['a lone tree on a plain:cr', 'a valley under a rainbow:wr', 'a coastline at sunset:lw', 'a snowy forest:dl',
-     'a field of lavender:wl', 'a lighthouse in fog:cr', 'a tundra under the aurora:wr', 'a wheat field before a storm:wl',
-     'a birch grove in fog:d|test', 'a sand bar at low tide:w|test',
-     'a single oak in a thunderstorm:cr|test', 'a row of poplars in the wind:l|test'],
-     settings=['as clouds gather', 'under a crimson sky', 'in falling snow', 'in the last light of day', 'beneath a starry sky'],
-     details=['rays of light breaking through the clouds', 'mist pooling in the hollows', 'frost glittering on every surface',
-              'colours shifting across the horizon', 'a calm before the weather turns']),
- 'streets_and_skylines': dict(subjects=['a narrow cobbled alley:dl', 'a modern glass skyline:wr', 'a market street:dl', 'a city square with a fountain:cr',
-     'a row of townhouses:lw', 'a neon-lit avenue:dl', 'a hillside village:wr', 'a riverside promenade:lw', 'a clock tower:cr',
-     'a rooftop garden:cr|test', 'a canal lined with houses:dl|test',
-     'a harbour skyline at night:wr|test'],
+ 'weather_and_light': dict(
+     subjects=['a lone tree on a plain:cr', 'a valley under a rainbow:wr', 'a coastline at sunset:lw',
+               'a snowy forest:dl', 'a field of lavender:wl', 'a lighthouse in fog:cr', 'a tundra under the aurora:wr',
+               'a wheat field before a storm:wl', 'a birch grove in fog:d|test', 'a sand bar at low tide:w|test',
+               'a single oak in a thunderstorm:cr|test', 'a row of poplars in the wind:l|test'],
+     settings=['as clouds gather', 'under a crimson sky', 'in falling snow', 'in the last light of day',
+               'beneath a starry sky'],
+     details=['rays of light breaking through the clouds', 'mist pooling in the hollows',
+              'frost glittering on every surface', 'colours shifting across the horizon',
+              'a calm before the weather turns']),
+}
+
+# %% ../nbs/06_prompts.ipynb #0452aa1f
+VOCAB |= {  # urban_architecture
+ 'streets_and_skylines': dict(
+     subjects=['a narrow cobbled alley:dl', 'a modern glass skyline:wr', 'a market street:dl',
+               'a city square with a fountain:cr', 'a row of townhouses:lw', 'a neon-lit avenue:dl',
+               'a hillside village:wr', 'a riverside promenade:lw', 'a clock tower:cr', 'a rooftop garden:cr|test',
+               'a canal lined with houses:dl|test', 'a harbour skyline at night:wr|test'],
      settings=['at night', 'in the early morning', 'after rain', 'on a festival evening', 'under a hazy sky'],
-     details=['wet pavement reflecting the lights', 'balconies stacked above the street', 'straight lines converging on the horizon',
-              'awnings and signs along the facades', 'pigeons scattered across the stones']),
- 'interiors': dict(subjects=['a grand library hall:dw', 'a cathedral nave:dw', 'a sunlit kitchen:cl', 'a museum gallery:dl',
-     'a spiral staircase:c', 'a cozy reading nook:c', 'a long hotel corridor:d', 'an artist studio:cl', 'a greenhouse:dw',
-     'a vaulted wine cellar:d|test', 'a Japanese tea room:c|test',
-     'a ballroom with chandeliers:rw', 'a long arcade of shops:lw|test', 'an atrium seen from a balcony:rw|test'],
-     settings=['in warm lamplight', 'in morning light through tall windows', 'at midnight', 'on a rainy afternoon', 'in quiet stillness'],
-     details=['polished floors mirroring the ceiling', 'dust motes floating in the light', 'rows of shelves stretching back',
-              'carved wooden details', 'soft shadows in the corners']),
- 'infrastructure': dict(subjects=['a suspension bridge:dlw', 'a railway station hall:dw', 'a container port:lw', 'a subway tunnel:d',
-     'a wind farm on a ridge:lw', 'a dam across a gorge:wr', 'an airport terminal:dw', 'a steel truss bridge:dl',
-     'a water tower:c|test', 'a highway interchange:wr|test',
-     'a lone lighthouse on a pier:cr', 'a long railway viaduct:dl|test'],
+     details=['wet pavement reflecting the lights', 'balconies stacked above the street',
+              'straight lines converging on the horizon', 'awnings and signs along the facades',
+              'pigeons scattered across the stones']),
+ 'interiors': dict(
+     subjects=['a grand library hall:dw', 'a cathedral nave:dw', 'a sunlit kitchen:cl', 'a museum gallery:dl',
+               'a spiral staircase:c', 'a cozy reading nook:c', 'a long hotel corridor:d', 'an artist studio:cl',
+               'a greenhouse:dw', 'a vaulted wine cellar:d|test', 'a Japanese tea room:c|test',
+               'a ballroom with chandeliers:rw', 'a long arcade of shops:lw|test',
+               'an atrium seen from a balcony:rw|test'],
+     settings=['in warm lamplight', 'in morning light through tall windows', 'at midnight', 'on a rainy afternoon',
+               'in quiet stillness'],
+     details=['polished floors mirroring the ceiling', 'dust motes floating in the light',
+              'rows of shelves stretching back', 'carved wooden details', 'soft shadows in the corners']),
+ 'infrastructure': dict(
+     subjects=['a suspension bridge:dlw', 'a railway station hall:dw', 'a container port:lw', 'a subway tunnel:d',
+               'a wind farm on a ridge:lw', 'a dam across a gorge:wr', 'an airport terminal:dw',
+               'a steel truss bridge:dl', 'a water tower:c|test', 'a highway interchange:wr|test',
+               'a lone lighthouse on a pier:cr', 'a long railway viaduct:dl|test'],
      settings=['at dawn', 'under floodlights', 'in light fog', 'on a clear winter day', 'at the blue hour'],
-     details=['cables and girders in precise rhythm', 'repeating arches receding into the distance', 'signal lights blinking',
-              'concrete weathered by decades', 'long straight lines and sharp perspective']),
- 'desktop_still_life': dict(subjects=['a ceramic teapot and two cups:cr', 'an antique pocket watch:c', 'a bowl of ripe pears:cr',
-     'a stack of old books:cl', 'a vase of dried wildflowers:cr', 'a chessboard mid-game:clw', 'a vintage typewriter:cl',
-     'a row of glass bottles:l', 'a brass telescope:c', 'a bonsai tree:c|test', 'a wooden music box:c|test',
-     'a row of candles along a long table:dl', 'a long shelf of jars:dlw|test', 'a cluttered workbench:rw|test'],
-     settings=['on a wooden desk', 'on a marble counter', 'on a linen tablecloth', 'by a rain-streaked window', 'under a single warm lamp'],
+     details=['cables and girders in precise rhythm', 'repeating arches receding into the distance',
+              'signal lights blinking', 'concrete weathered by decades', 'long straight lines and sharp perspective']),
+}
+
+# %% ../nbs/06_prompts.ipynb #3127fcc7
+VOCAB |= {  # micro_still_life
+ 'desktop_still_life': dict(
+     subjects=['a ceramic teapot and two cups:cr', 'an antique pocket watch:c', 'a bowl of ripe pears:cr',
+               'a stack of old books:cl', 'a vase of dried wildflowers:cr', 'a chessboard mid-game:clw',
+               'a vintage typewriter:cl', 'a row of glass bottles:l', 'a brass telescope:c', 'a bonsai tree:c|test',
+               'a wooden music box:c|test', 'a row of candles along a long table:dl', 'a long shelf of jars:dlw|test',
+               'a cluttered workbench:rw|test'],
+     settings=['on a wooden desk', 'on a marble counter', 'on a linen tablecloth', 'by a rain-streaked window',
+               'under a single warm lamp'],
      details=['fine scratches and worn edges', 'soft reflections on glazed surfaces', 'shallow shadows on the table',
               'dust catching the light', 'rich texture in every material']),
- 'microscopic': dict(subjects=['a snowflake crystal:c', 'the compound eye of a fly:c', 'a dew drop on a leaf:cr', 'pollen grains:lw',
-     'a butterfly wing scale pattern:lw', 'salt crystals:lw', 'a moss forest in miniature:dl', 'a soap bubble surface:c',
-     'a diatom shell:c|test', 'frost ferns on glass:lw|test',
-     'a cell in a crowded colony:cr|test', 'the channel inside a plant stem:d|test'],
-     settings=['under bright diffuse light', 'against a dark background', 'in cool blue light', 'in warm backlight', 'in sharp focus'],
-     details=['intricate symmetric structures', 'iridescent colours', 'microscopic ridges and pores', 'tiny droplets clinging to fibres',
-              'repeating geometric cells']),
- 'materials': dict(subjects=['a folded silk scarf:cl', 'a cracked leather satchel:c', 'a hammered copper bowl:c', 'a block of rough marble:c',
-     'a woven wicker basket:c', 'a stained-glass panel:lw', 'a rusty iron gate:lw', 'a polished walnut box:c', 'a knitted wool blanket:lw',
-     'a raku-fired vase:c|test', 'a frosted glass sculpture:c|test',
-     'a bolt of tweed unrolled along a table:dl', 'a leather-bound book on a crowded shelf:cr', 'a corridor of hanging fabrics:dlw|test', 'a carved door in a stone wall:cr|test'],
-     settings=['on a dark slate surface', 'in raking side light', 'under studio lights', 'in natural window light', 'on weathered boards'],
-     details=['every fibre and grain visible', 'translucent edges glowing', 'patina and tiny dents', 'threads catching highlights',
-              'cracks and glaze pooling']),
- 'floating_worlds': dict(subjects=['a floating island with a waterfall:cr', 'a citadel on a levitating rock:cr', 'a chain of sky islands:lw',
-     'an observatory drifting above clouds:cr', 'floating lanterns around a tower:c', 'an airship harbour in the sky:dl',
-     'stairs spiralling into the clouds:cd', 'a garden suspended in the air:cw', 'a floating market of boats:lw|test',
-     'a levitating stone temple:c|test',
-     'a bridge of floating stones:dl|test', 'a sky shrine among the clouds:cr|test'],
-     settings=['above a sea of clouds', 'under two moons', 'at twilight', 'in golden morning light', 'in a violet dusk'],
-     details=['waterfalls pouring into empty sky', 'roots dangling beneath the rocks', 'bridges of light between the islands',
-              'birds circling far below', 'crystal clear air and deep distance']),
- 'surreal_landscapes': dict(subjects=['a desert of giant glass spheres:wl', 'a forest of crystal trees:dl', 'a canyon of folded ribbons:dw',
-     'an ocean of mirrors:wr', 'a meadow of giant mushrooms:cl', 'a valley of stone hands:wr', 'a river of light:dl', 'a field of clocks:lw',
-     'a salt flat with floating doors:w|test', 'a coral forest on dry land:dl|test',
-     'a lone giant chess piece on a plain:cr|test'],
-     settings=['under a green sky', 'in an endless dusk', 'beneath a ringed planet', 'in pale moonlight', 'in dreamlike haze'],
+ 'microscopic': dict(
+     subjects=['a snowflake crystal:c', 'the compound eye of a fly:c', 'a dew drop on a leaf:cr', 'pollen grains:lw',
+               'a butterfly wing scale pattern:lw', 'salt crystals:lw', 'a moss forest in miniature:dl',
+               'a soap bubble surface:c', 'a diatom shell:c|test', 'frost ferns on glass:lw|test',
+               'a cell in a crowded colony:cr|test', 'the channel inside a plant stem:d|test'],
+     settings=['under bright diffuse light', 'against a dark background', 'in cool blue light', 'in warm backlight',
+               'in sharp focus'],
+     details=['intricate symmetric structures', 'iridescent colours', 'microscopic ridges and pores',
+              'tiny droplets clinging to fibres', 'repeating geometric cells']),
+ 'materials': dict(
+     subjects=['a folded silk scarf:cl', 'a cracked leather satchel:c', 'a hammered copper bowl:c',
+               'a block of rough marble:c', 'a woven wicker basket:c', 'a stained-glass panel:lw',
+               'a rusty iron gate:lw', 'a polished walnut box:c', 'a knitted wool blanket:lw',
+               'a raku-fired vase:c|test', 'a frosted glass sculpture:c|test',
+               'a bolt of tweed unrolled along a table:dl', 'a leather-bound book on a crowded shelf:cr',
+               'a corridor of hanging fabrics:dlw|test', 'a carved door in a stone wall:cr|test'],
+     settings=['on a dark slate surface', 'in raking side light', 'under studio lights', 'in natural window light',
+               'on weathered boards'],
+     details=['every fibre and grain visible', 'translucent edges glowing', 'patina and tiny dents',
+              'threads catching highlights', 'cracks and glaze pooling']),
+}
+
+# %% ../nbs/06_prompts.ipynb #9c79f76d
+VOCAB |= {  # fantasy_surrealism
+ 'floating_worlds': dict(
+     subjects=['a floating island with a waterfall:cr', 'a citadel on a levitating rock:cr',
+               'a chain of sky islands:lw', 'an observatory drifting above clouds:cr',
+               'floating lanterns around a tower:c', 'an airship harbour in the sky:dl',
+               'stairs spiralling into the clouds:cd', 'a garden suspended in the air:cw',
+               'a floating market of boats:lw|test', 'a levitating stone temple:c|test',
+               'a bridge of floating stones:dl|test', 'a sky shrine among the clouds:cr|test'],
+     settings=['above a sea of clouds', 'under two moons', 'at twilight', 'in golden morning light',
+               'in a violet dusk'],
+     details=['waterfalls pouring into empty sky', 'roots dangling beneath the rocks',
+              'bridges of light between the islands', 'birds circling far below',
+              'crystal clear air and deep distance']),
+ 'surreal_landscapes': dict(
+     subjects=['a desert of giant glass spheres:wl', 'a forest of crystal trees:dl', 'a canyon of folded ribbons:dw',
+               'an ocean of mirrors:wr', 'a meadow of giant mushrooms:cl', 'a valley of stone hands:wr',
+               'a river of light:dl', 'a field of clocks:lw', 'a salt flat with floating doors:w|test',
+               'a coral forest on dry land:dl|test', 'a lone giant chess piece on a plain:cr|test'],
+     settings=['under a green sky', 'in an endless dusk', 'beneath a ringed planet', 'in pale moonlight',
+               'in dreamlike haze'],
      details=['impossible shapes with solid shadows', 'colours deeper than nature', 'a calm and coherent geometry',
               'gentle glow along every edge', 'distant structures fading into mist']),
- 'dreamlike_geometry': dict(subjects=['an Escher-like staircase:cd', 'a room with walls of water:cd', 'an infinite library corridor:d',
-     'a spiral tower of arches:cr', 'nested cubes of light:c', 'a bridge looping back on itself:dw', 'a city folded upwards:wr',
-     'a cathedral made of clouds:cr', 'a maze of floating walls:dl|test', 'a doorway opening onto the sea:cd|test',
-     'a row of impossible arches:l', 'a city of stairs seen from above:rw|test'],
-     settings=['in soft even light', 'under a lilac sky', 'in silent stillness', 'in warm sunset tones', 'in a cool mist'],
+ 'dreamlike_geometry': dict(
+     subjects=['an Escher-like staircase:cd', 'a room with walls of water:cd', 'an infinite library corridor:d',
+               'a spiral tower of arches:cr', 'nested cubes of light:c', 'a bridge looping back on itself:dw',
+               'a city folded upwards:wr', 'a cathedral made of clouds:cr', 'a maze of floating walls:dl|test',
+               'a doorway opening onto the sea:cd|test', 'a row of impossible arches:l',
+               'a city of stairs seen from above:rw|test'],
+     settings=['in soft even light', 'under a lilac sky', 'in silent stillness', 'in warm sunset tones',
+               'in a cool mist'],
      details=['perspective bending without breaking', 'sharp consistent shadows', 'smooth pale surfaces',
               'repeating forms vanishing into distance', 'a quiet sense of scale']),
- 'painterly': dict(subjects=['a harbour with sailboats:lw', 'a poppy field:wl', 'a village church:cr', 'a cypress-lined road:dl',
-     'a bridge over a lily pond:cw', 'a mountain monastery:cr', 'a fisherman hut on stilts:c|test', 'an orchard in bloom:dl|test',
-     'a river valley panorama:rw|test'],
-     settings=['in watercolor', 'as an impressionist oil painting', 'as a Chinese ink-wash painting', 'in soft pastel', 'as a matte painting'],
-     details=['loose visible brushstrokes', 'bleeding washes of colour', 'a limited, harmonious palette', 'textured paper showing through',
-              'bold light and shade']),
- 'illustration': dict(subjects=['a steampunk clock tower:cr', 'a cyberpunk street market:dl', 'a fairy-tale castle:cr', 'a cozy cabin in the woods:cr',
-     'a lighthouse on a rocky point:cr', 'a treehouse village:wl', 'a robot workshop:c|test', 'a tea house on a cliff:cr|test',
-     'a long train crossing a viaduct:dlw|test'],
-     settings=['as a storybook illustration', 'as a ukiyo-e woodblock print', 'in a vintage travel-poster style', 'as a detailed pen drawing',
-               'as a cel-shaded illustration'],
-     details=['clean confident line work', 'flat colour areas with subtle texture', 'carefully composed depth', 'crisp outlines and soft fills',
-              'a playful, consistent palette']),
- 'graphic': dict(subjects=['a mountain range:wl', 'a city skyline:wr', 'a spiral shell:c', 'a lone sailboat:c', 'a pine forest:dl',
-     'a geometric temple:cr', 'a paper crane:c|test', 'a desert road:d|test',
-     'a row of paper houses:lw|test', 'a lighthouse above a papercut sea:cr|test'],
-     settings=['as a papercut diorama', 'in black and white photography', 'as a low-poly render', 'as an art-deco poster', 'as a stained-glass window'],
-     details=['layered cut-out depth', 'strong graphic contrast', 'precise geometric facets', 'gold linework and symmetry',
-              'rich saturated panes of colour']),
- 'living_beings': dict(subjects=['a horse galloping across a meadow:mlw', 'a flock of starlings wheeling over a field:mw',
-     'a dancer spinning on a stage:mc', 'a fox leaping into deep snow:mc', 'children chasing bubbles in a park:mw',
-     'a chef tossing vegetables in a wok:mc', 'a cyclist sprinting to the line:ml', 'a whale breaching in the ocean:mr',
-     'a cat stalking through tall grass:mc|test', 'a street drummer playing fast:mc|test',
-     'a runner racing down a forest trail:md', 'horses racing down a long beach:mdlw|test', 'a herd of deer crossing a valley:mrw|test'],
+}
+
+# %% ../nbs/06_prompts.ipynb #08ac9317
+VOCAB |= {  # artistic_styles
+ 'painterly': dict(
+     subjects=['a harbour with sailboats:lw', 'a poppy field:wl', 'a village church:cr', 'a cypress-lined road:dl',
+               'a bridge over a lily pond:cw', 'a mountain monastery:cr', 'a fisherman hut on stilts:c|test',
+               'an orchard in bloom:dl|test', 'a river valley panorama:rw|test'],
+     settings=['in watercolor', 'as an impressionist oil painting', 'as a Chinese ink-wash painting', 'in soft pastel',
+               'as a matte painting'],
+     details=['loose visible brushstrokes', 'bleeding washes of colour', 'a limited, harmonious palette',
+              'textured paper showing through', 'bold light and shade']),
+ 'illustration': dict(
+     subjects=['a steampunk clock tower:cr', 'a cyberpunk street market:dl', 'a fairy-tale castle:cr',
+               'a cozy cabin in the woods:cr', 'a lighthouse on a rocky point:cr', 'a treehouse village:wl',
+               'a robot workshop:c|test', 'a tea house on a cliff:cr|test', 'a long train crossing a viaduct:dlw|test'],
+     settings=['as a storybook illustration', 'as a ukiyo-e woodblock print', 'in a vintage travel-poster style',
+               'as a detailed pen drawing', 'as a cel-shaded illustration'],
+     details=['clean confident line work', 'flat colour areas with subtle texture', 'carefully composed depth',
+              'crisp outlines and soft fills', 'a playful, consistent palette']),
+ 'graphic': dict(
+     subjects=['a mountain range:wl', 'a city skyline:wr', 'a spiral shell:c', 'a lone sailboat:c', 'a pine forest:dl',
+               'a geometric temple:cr', 'a paper crane:c|test', 'a desert road:d|test', 'a row of paper houses:lw|test',
+               'a lighthouse above a papercut sea:cr|test'],
+     settings=['as a papercut diorama', 'in black and white photography', 'as a low-poly render',
+               'as an art-deco poster', 'as a stained-glass window'],
+     details=['layered cut-out depth', 'strong graphic contrast', 'precise geometric facets',
+              'gold linework and symmetry', 'rich saturated panes of colour']),
+}
+
+# %% ../nbs/06_prompts.ipynb #c2383e75
+VOCAB |= {  # dynamic
+ 'living_beings': dict(
+     subjects=['a horse galloping across a meadow:mlw', 'a flock of starlings wheeling over a field:mw',
+               'a dancer spinning on a stage:mc', 'a fox leaping into deep snow:mc',
+               'children chasing bubbles in a park:mw', 'a chef tossing vegetables in a wok:mc',
+               'a cyclist sprinting to the line:ml', 'a whale breaching in the ocean:mr',
+               'a cat stalking through tall grass:mc|test', 'a street drummer playing fast:mc|test',
+               'a runner racing down a forest trail:md', 'horses racing down a long beach:mdlw|test',
+               'a herd of deer crossing a valley:mrw|test'],
      settings=['at sunset', 'in bright daylight', 'on a misty morning', 'under stage lights', 'in light rain'],
-     details=['fast, fluid motion', 'muscles and fabric shifting with each movement', 'dust and droplets thrown into the air',
-              'a burst of energy', 'rhythmic repeated motion']),
- 'elements_and_impacts': dict(subjects=['waves crashing against a sea wall:mlw', 'a campfire crackling:mc', 'a glass shattering on tiles:mc',
-     'a geyser erupting:mcr', 'rain pouring onto a tin roof:ml', 'a volcano spewing lava:mr', 'a tornado crossing a plain:mw',
-     'fireworks bursting over a river:mw', 'a candle flame flickering in a draught:mc|test', 'an avalanche sweeping a slope:mw|test',
-     'a train rushing through a tunnel:md', 'a flash flood surging down a canyon:mdl|test', 'sparks flying from a forge in a workshop:mr|test'],
+     details=['fast, fluid motion', 'muscles and fabric shifting with each movement',
+              'dust and droplets thrown into the air', 'a burst of energy', 'rhythmic repeated motion']),
+ 'elements_and_impacts': dict(
+     subjects=['waves crashing against a sea wall:mlw', 'a campfire crackling:mc', 'a glass shattering on tiles:mc',
+               'a geyser erupting:mcr', 'rain pouring onto a tin roof:ml', 'a volcano spewing lava:mr',
+               'a tornado crossing a plain:mw', 'fireworks bursting over a river:mw',
+               'a candle flame flickering in a draught:mc|test', 'an avalanche sweeping a slope:mw|test',
+               'a train rushing through a tunnel:md', 'a flash flood surging down a canyon:mdl|test',
+               'sparks flying from a forge in a workshop:mr|test'],
      settings=['at night', 'in slow motion', 'under a dark sky', 'in harsh noon light', 'in the blue hour'],
-     details=['spray and sparks flying', 'smoke twisting upwards', 'fragments scattering outwards', 'a constant churning motion',
-              'light flickering across nearby surfaces']),
- 'transformations': dict(subjects=['a flower blooming in time-lapse:mc', 'ice melting into water:mc', 'a city lighting up at dusk:mwr',
-     'clouds racing over mountains:mw', 'ink spreading in water:mc', 'a sandcastle washed away by a wave:mc', 'bread rising in an oven:mc',
-     'a butterfly emerging from its chrysalis:mc', 'frost spreading across a window:ml|test', 'a tide coming in over rocks:mlw|test',
-     'lights switching on along a street:mdl', 'a forest path turning to autumn:mdl|test', 'a seedling sprouting in a garden bed:mcr|test'],
+     details=['spray and sparks flying', 'smoke twisting upwards', 'fragments scattering outwards',
+              'a constant churning motion', 'light flickering across nearby surfaces']),
+ 'transformations': dict(
+     subjects=['a flower blooming in time-lapse:mc', 'ice melting into water:mc', 'a city lighting up at dusk:mwr',
+               'clouds racing over mountains:mw', 'ink spreading in water:mc', 'a sandcastle washed away by a wave:mc',
+               'bread rising in an oven:mc', 'a butterfly emerging from its chrysalis:mc',
+               'frost spreading across a window:ml|test', 'a tide coming in over rocks:mlw|test',
+               'lights switching on along a street:mdl', 'a forest path turning to autumn:mdl|test',
+               'a seedling sprouting in a garden bed:mcr|test'],
      settings=['in time-lapse', 'in close detail', 'over a single afternoon', 'in soft studio light', 'at dawn'],
-     details=['steady continuous change', 'shapes unfolding and reforming', 'colour shifting as it changes', 'fine detail in every stage',
-              'a clear beginning and end']),
+     details=['steady continuous change', 'shapes unfolding and reforming', 'colour shifting as it changes',
+              'fine detail in every stage', 'a clear beginning and end']),
 }
 SUBCATEGORY_OF = {s: c for c, subs in CATEGORIES.items() for s in subs}
 
@@ -391,13 +466,15 @@ def plan_prompts(n_train:int=3000, n_dynamic:int=500, n_test:int=300, # sizes of
                 first = pool[i % len(pool)]
                 cams = [first]
                 if first not in COMPOSITES and first != 'fixed' and rnd.random() < chain_fraction:
-                    undo = first.rsplit('_', 1)[0] + ('_right' if first.endswith('_left') else '_left')   # no move then its undo
+                    # no move then its undo
+                    undo = first.rsplit('_', 1)[0] + ('_right' if first.endswith('_left') else '_left')
                     cams.append(rnd.choice([c for c in pool if c not in COMPOSITES and c not in ('fixed', first, undo)]))
                 cams = [c2 for c in cams for c2 in COMPOSITES.get(c, (c,))]
                 need = AFFORDS[first if first not in COMPOSITES else 'pan_left']
                 subs = _subjects(sub, test=split == 'test')
                 fit = [s for s in subs if need in s[1]]                       # the camera-scene rule
-                if not fit: raise ValueError(f"no {split} subject of {sub} affords {need!r} (for {first}): extend VOCAB")
+                if not fit:
+                    raise ValueError(f"no {split} subject of {sub} affords {need!r} (for {first}): extend VOCAB")
                 name, aff = rnd.choice(fit)
                 items.append(PlanItem(f'{split}-{cat}-{i:05d}', split, cat, sub, cams, name, sorted(aff)))
     return items
@@ -422,7 +499,8 @@ def generate_prompts(plan:list[PlanItem], write=None, # write(item, rnd) -> text
             text = write(item, rnd)
             key = re.sub(r'\W+', ' ', text.lower()).strip()
             if key not in seen: break
-        else: raise ValueError(f"{item.id}: no new prompt after {max_tries} tries; the vocabulary of {item.subcategory} is exhausted")
+        else: raise ValueError(f"{item.id}: no new prompt after {max_tries} tries; the vocabulary of "
+                               f"{item.subcategory} is exhausted")
         seen.add(key)
         rec = PromptRecord.from_text(text, item.split, item.id, category=item.category, subcategory=item.subcategory,
                                      dynamic=item.split == 'dynamic')
@@ -431,7 +509,7 @@ def generate_prompts(plan:list[PlanItem], write=None, # write(item, rnd) -> text
         out.append(rec)
     return out
 
-# %% ../nbs/06_prompts.ipynb #3b118916
+# %% ../nbs/06_prompts.ipynb #bdc3efa1
 CINEMATOGRAPHER = """You are an expert cinematographer and 3D set designer. Write the scene description of a
 text-to-video prompt that suits a given category, subject and camera movement.
 Rules: one paragraph of plain English, {min_chars} to {max_chars} characters; geometrically coherent and physically
@@ -451,6 +529,7 @@ def validate_body(body:str, min_chars:int=200, max_chars:int=800) -> str|None:
     if any(q in b for q in '"“”'): return "contains quotation marks"
     return None
 
+# %% ../nbs/06_prompts.ipynb #a162a21b
 def llm_writer(chat, # chat(messages: list[dict]) -> str
                min_chars:int=200, max_chars:int=800, max_attempts:int=4):
     "A `write(item, rnd)` for `generate_prompts` that asks a chat model and validates its answer."
@@ -458,34 +537,38 @@ def llm_writer(chat, # chat(messages: list[dict]) -> str
         why = None
         for _ in range(max_attempts):
             user = (f"Category: {item.category.replace('_', ' ')} ({item.subcategory.replace('_', ' ')}).\n"
-                    f"Subject: {item.subject}.\nCamera movement to suit: {', then '.join(c.replace('_', ' ') for c in item.cameras)}."
+                    f"Subject: {item.subject}.\nCamera movement to suit: "
+                    f"{', then '.join(c.replace('_', ' ') for c in item.cameras)}."
                     + (f"\nYour previous answer was rejected: {why}. Fix that." if why else ''))
-            body = chat([{'role': 'system', 'content': CINEMATOGRAPHER.format(min_chars=min_chars, max_chars=max_chars)},
+            body = chat([{'role': 'system',
+                          'content': CINEMATOGRAPHER.format(min_chars=min_chars, max_chars=max_chars)},
                          {'role': 'user', 'content': user}])
             why = validate_body(body, min_chars, max_chars)
             if why is None: return camera_phrase(item.cameras) + ' ' + re.sub(r'\s+', ' ', body).strip()
         raise ValueError(f"{item.id}: the model gave no usable description in {max_attempts} attempts (last: {why})")
     return write
 
+# %% ../nbs/06_prompts.ipynb #02da264f
 def transformers_chat(model_id:str, # a local path or hub id of a chat model
                       device:str='auto', max_new_tokens:int=300, temperature:float=0.9):
     "A `chat` function backed by a transformers causal LM with a chat template."
     try: from transformers import AutoModelForCausalLM, AutoTokenizer
     except ImportError as e: raise ImportError("transformers_chat needs transformers: pip install transformers") from e
-    from worldlab.core import pick_device, pick_dtype
     dev = pick_device(device)
     tok = AutoTokenizer.from_pretrained(model_id)
     model = AutoModelForCausalLM.from_pretrained(model_id, torch_dtype=pick_dtype('auto', dev)).to(dev).eval()
     def chat(messages):
         ids = tok.apply_chat_template(messages, add_generation_prompt=True, return_tensors='pt').to(dev)
-        out = model.generate(ids, max_new_tokens=max_new_tokens, do_sample=temperature > 0, temperature=temperature or None)
+        out = model.generate(ids, max_new_tokens=max_new_tokens, do_sample=temperature > 0,
+                             temperature=temperature or None)
         return tok.decode(out[0, ids.shape[1]:], skip_special_tokens=True)
     return chat
 
 def vllm_chat(model_id:str, max_tokens:int=300, temperature:float=0.9, **llm_kw):
     "A `chat` function backed by vLLM's offline `LLM.chat` (GPU nodes)."
     try: from vllm import LLM, SamplingParams
-    except ImportError as e: raise ImportError("vllm_chat needs vLLM on a CUDA machine: pip install 'worldlab[gpu]'") from e
+    except ImportError as e:
+        raise ImportError("vllm_chat needs vLLM on a CUDA machine: pip install 'worldlab[gpu]'") from e
     llm, sp = LLM(model=model_id, **llm_kw), SamplingParams(max_tokens=max_tokens, temperature=temperature)
     return lambda messages: llm.chat(messages, sp)[0].outputs[0].text
 
@@ -496,7 +579,8 @@ def save_prompt_set(records:list[PromptRecord], folder:str|Path) -> Path:
     for split in SPLITS:
         rs = [r for r in records if r.split == split]
         if not rs: continue
-        (folder/f'{split}.jsonl').write_text(''.join(json.dumps(asdict(r), ensure_ascii=False) + '\n' for r in rs), encoding='utf-8')
+        (folder/f'{split}.jsonl').write_text(''.join(json.dumps(asdict(r), ensure_ascii=False) + '\n' for r in rs),
+                                             encoding='utf-8')
         (folder/f'{split}.txt').write_text(''.join(r.text + '\n' for r in rs), encoding='utf-8')
     return folder
 
@@ -507,7 +591,8 @@ def read_jsonl(path:str|Path) -> list[PromptRecord]:
     for i, line in enumerate(path.read_text(encoding='utf-8').splitlines(), 1):
         where = f"{path.name}:{i}"
         try: d = json.loads(line)
-        except json.JSONDecodeError as e: raise ValueError(f"{where}: not valid JSON ({e.msg} at column {e.colno})") from None
+        except json.JSONDecodeError as e:
+            raise ValueError(f"{where}: not valid JSON ({e.msg} at column {e.colno})") from None
         extra = set(d) - names
         if extra: raise ValueError(f"{where}: unknown fields {sorted(extra)}; a record has {sorted(names)}")
         if 'text' not in d: raise ValueError(f"{where}: field 'text' is missing")

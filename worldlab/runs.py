@@ -37,7 +37,8 @@ def list_runs(nbs:str|Path|None=None) -> dict[str, Path]:
     found = {}
     for sub in RUN_FOLDERS:
         for f in sorted((notebooks_dir(nbs)/sub).glob('*.ipynb')):
-            if f.stem in found: raise ValueError(f"two run notebooks are both called {f.stem!r}: {found[f.stem]} and {f}")
+            if f.stem in found:
+                raise ValueError(f"two run notebooks are both called {f.stem!r}: {found[f.stem]} and {f}")
             found[f.stem] = f
     return found
 
@@ -52,7 +53,8 @@ def run_parameters(path:str|Path) -> dict[str, dict]:
     "The parameters a run notebook declares: `{name: {type, default, help, value}}`; an unreadable one is an error."
     src, nb = _parameters_source(path), Path(path).name
     try: body = ast.parse(src).body
-    except SyntaxError as e: raise ValueError(f"{nb}: the parameters cell does not parse (line {e.lineno}: {e.msg})") from None
+    except SyntaxError as e:
+        raise ValueError(f"{nb}: the parameters cell does not parse (line {e.lineno}: {e.msg})") from None
     helps = {t.start[0]: t.string.lstrip('#').strip() for t in tokenize.generate_tokens(io.StringIO(src).readline)
              if t.type == tokenize.COMMENT}
     out = {}
@@ -135,7 +137,8 @@ def check_params(path:str|Path, # the run notebook
                 ):
     "Raise when `values` break the notebook's declared contracts, naming every problem and the valid values."
     if bad := param_problems(run_parameters(path), values): raise ValueError(f"{Path(path).name}: {'; '.join(bad)}")
-    if 'overrides' in values and 'preset' in values: resolve(values['preset'] or None, values['overrides'])   # the training configs it will build
+    # the training configs it will build
+    if 'overrides' in values and 'preset' in values: resolve(values['preset'] or None, values['overrides'])
 
 # %% ../nbs/00b_runs.ipynb #b1b0d017
 def run_state(run_dir:str|Path) -> str|None:
@@ -163,7 +166,8 @@ def prepare_run(name:str, # the run notebook's name
     rd = root/name/run_id if run_id else None
     if rd is None or not (rd/'params.json').exists():
         rd = run_folder(name, run_id, root)
-        return rd, dict(name=name, notebook=str(src), run_id=rd.name, cwd=os.getcwd(), preset=preset, given=given, parameters=values)
+        return rd, dict(name=name, notebook=str(src), run_id=rd.name, cwd=os.getcwd(), preset=preset, given=given,
+                        parameters=values)
     rec = json.loads((rd/'params.json').read_text())
     old, done = rec['parameters'], run_state(rd) == 'done'
     changed = {k: [old.get(k), v] for k, v in given.items() if not _same(old.get(k), v)}
@@ -171,7 +175,8 @@ def prepare_run(name:str, # the run notebook's name
         why = ([f"finished already ({rd})"] if done else []) + \
               ([f"was started with {', '.join(f'{k}={a!r} (now {b!r})' for k, (a, b) in changed.items())}"] if changed else [])
         ways = (['resume it with the values it was started with (or none)'] if changed and not done else []) + \
-               [f"pass --force to run it{' again' if done else ''} in its folder{' with the new values' if changed else ''} "
+               [f"pass --force to run it{' again' if done else ''} in its "
+                f"folder{' with the new values' if changed else ''} "
                 "(work the notebook resumes is kept)", 'leave out --run-id for a new run']
         raise ValueError(f"run {name} --run-id {run_id} {' and '.join(why)}; {', '.join(ways[:-1])}, or {ways[-1]}")
     cwd = rec.get('cwd') if Path(rec.get('cwd') or '/nonexistent').is_dir() else os.getcwd()
@@ -182,7 +187,8 @@ def prepare_run(name:str, # the run notebook's name
 def _papermill(src:Path, dest:Path, values:dict, cwd:str, progress:bool) -> str|None:
     "Execute `src` into `dest`; the error in one line, or None."
     import papermill as pm
-    try: pm.execute_notebook(str(src), str(dest), parameters=values, cwd=cwd, kernel_name='python3', progress_bar=progress,
+    try: pm.execute_notebook(str(src), str(dest), parameters=values, cwd=cwd, kernel_name='python3',
+                             progress_bar=progress,
                              report_mode=False, extra_arguments=['--IPKernelApp.log_level=CRITICAL'])  # the kernel's own log is noise here
     except pm.PapermillExecutionError as e: return f"cell {e.exec_count}: {e.ename}: {e.evalue}"
     except Exception as e: return f"{type(e).__name__}: {e}"  # kernel died, bad notebook JSON, ...
@@ -193,12 +199,14 @@ def mark_interrupted(nb_path:Path) -> int|None:
     if not nb_path.exists(): return None
     nb = json.loads(nb_path.read_text())
     pm_of = lambda c: c.setdefault('metadata', {}).setdefault('papermill', {})
-    hit = lambda c: any(o.get('ename') == 'KeyboardInterrupt' for o in c.get('outputs', []))   # the kernel got Ctrl-C too
+    # the kernel got Ctrl-C too
+    hit = lambda c: any(o.get('ename') == 'KeyboardInterrupt' for o in c.get('outputs', []))
     stopped = next((i for i, c in enumerate(nb['cells']) if pm_of(c).get('status') == 'running' or hit(c)), None)
     if stopped is not None:
         c = nb['cells'][stopped]
         pm_of(c).update(status='failed', exception=True)
-        if not hit(c): c.setdefault('outputs', []).append(dict(output_type='error', ename='KeyboardInterrupt', evalue='', traceback=[]))
+        if not hit(c): c.setdefault('outputs', []).append(dict(output_type='error', ename='KeyboardInterrupt',
+                                                               evalue='', traceback=[]))
         for c in nb['cells'][stopped + 1:]: pm_of(c)['status'] = 'pending'   # papermill marks them completed
     nb.setdefault('metadata', {}).setdefault('papermill', {})['exception'] = True
     nb_path.write_text(json.dumps(nb, indent=1))
@@ -250,13 +258,15 @@ def execute_run(name:str, # a run notebook name (see `list_runs`)
     save_json(rec, rd/'params.json')
     t0, started = time.time(), time.strftime('%Y-%m-%dT%H:%M:%S')
     save_json(dict(state='running', ok=False, pid=os.getpid(), started=started), rd/'status.json')
-    try: err = _papermill(src, rd/f'{name}.ipynb', rec['parameters'], rec['cwd'], progress); state = 'failed' if err else 'done'
+    try: err = _papermill(src, rd/f'{name}.ipynb', rec['parameters'], rec['cwd'],
+                          progress); state = 'failed' if err else 'done'
     except KeyboardInterrupt:
         with _NoInterrupts():
             cell = mark_interrupted(rd/f'{name}.ipynb')
         err, state = 'interrupted' + (f' in cell {cell}' if cell is not None else ''), 'interrupted'
     res = RunResult(name, rd, state, err, time.time() - t0, rec['parameters'], _warnings(rd))
-    with _NoInterrupts(): save_json(dict(state=state, ok=res.ok, error=err, started=started, seconds=res.seconds), rd/'status.json')
+    with _NoInterrupts(): save_json(dict(state=state, ok=res.ok, error=err, started=started, seconds=res.seconds),
+                                    rd/'status.json')
     return res
 
 # %% ../nbs/00b_runs.ipynb #733ca333
@@ -281,7 +291,8 @@ def render_readme(nb_path:str|Path) -> str:
 
 # %% ../nbs/00b_runs.ipynb #63adce68
 def _parser() -> argparse.ArgumentParser:
-    ap = argparse.ArgumentParser(prog='worldlab', description='worldlab: run notebooks, presets, README and the documentation site.')
+    ap = argparse.ArgumentParser(prog='worldlab',
+                                 description='worldlab: run notebooks, presets, README and the documentation site.')
     sub = ap.add_subparsers(dest='cmd', required=True)
     r = sub.add_parser('run', help='execute nbs/runs/NAME.ipynb (or nbs/tutorials/NAME.ipynb) with papermill')
     r.add_argument('name', nargs='?', help='run notebook name (see --list)')
@@ -292,22 +303,29 @@ def _parser() -> argparse.ArgumentParser:
     r.add_argument('--out', help='outputs folder (default: <project>/outputs)')
     r.add_argument('--nbs', help='notebooks folder (default: <project>/nbs)')
     r.add_argument('--run-id', help='resume this unfinished run in its folder, with the values it was started with')
-    r.add_argument('--force', action='store_true', help='with --run-id: run a finished run again, or change its values, in its folder')
+    r.add_argument('--force', action='store_true',
+                   help='with --run-id: run a finished run again, or change its values, in its folder')
     r.add_argument('--quiet', action='store_true', help='no progress bar')
     p = sub.add_parser('presets', help='list presets, or show one')
     p.add_argument('name', nargs='?')
     m = sub.add_parser('readme', help='write README.md from nbs/index.ipynb')
     m.add_argument('--check', action='store_true', help='exit 1 if README.md is out of date instead of writing')
-    d = sub.add_parser('docs', help='build the documentation site from the notebooks (executed for it) into _docs/site/')
-    d.add_argument('--only', nargs='+', metavar='PAGE', help="build these pages only: names or globs (01_camera 'runs/*'); the index is always in")
+    d = sub.add_parser('docs',
+                       help='build the documentation site from the notebooks (executed for it) into _docs/site/')
+    d.add_argument('--only', nargs='+', metavar='PAGE',
+                   help="build these pages only: names or globs (01_camera 'runs/*'); the index is always in")
     d.add_argument('--out', help='where the site goes (default: <project>/_docs/site)')
     d.add_argument('--nbs', help='notebooks folder (default: <project>/nbs)')
     d.add_argument('--jobs', type=int, default=1, help='notebooks executed at once (default 1)')
     d.add_argument('--timeout', type=int, default=600, help='seconds a cell may take (default 600)')
-    d.add_argument('--no-cache', action='store_true', help='execute every notebook again, even when nothing it depends on changed')
-    d.add_argument('--repo-url', help='the repository on GitHub (https://github.com/OWNER/worldlab): pages link to their notebook there')
-    d.add_argument('--strict', action='store_true', help='exit 1 when a notebook fails to execute (default: its page says so)')
-    d.add_argument('--check', action='store_true', help='then open every page in headless Chromium; screenshots and report in outputs/docs/<run-id>/')
+    d.add_argument('--no-cache', action='store_true',
+                   help='execute every notebook again, even when nothing it depends on changed')
+    d.add_argument('--repo-url',
+                   help='the repository on GitHub (https://github.com/OWNER/worldlab): pages link to their notebook there')
+    d.add_argument('--strict', action='store_true',
+                   help='exit 1 when a notebook fails to execute (default: its page says so)')
+    d.add_argument('--check', action='store_true',
+                   help='then open every page in headless Chromium; screenshots and report in outputs/docs/<run-id>/')
     return ap
 
 def _print_runs(nbs):
@@ -327,7 +345,8 @@ def _report(a, res:RunResult) -> int:
         print(f"{a.name}: {res.error} after {res.seconds:.1f}s; partial results in {res.run_dir}; resume with "
               f"`worldlab run {a.name} --run-id {res.run_dir.name}`", file=sys.stderr)
         return 130
-    print(f"{a.name}: FAILED at {res.error}\n  partial notebook kept in {res.run_dir/(a.name + '.ipynb')}", file=sys.stderr)
+    print(f"{a.name}: FAILED at {res.error}\n  partial notebook kept in {res.run_dir/(a.name + '.ipynb')}",
+          file=sys.stderr)
     return 1
 
 def main(argv:list[str]|None=None) -> int:

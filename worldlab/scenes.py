@@ -14,7 +14,7 @@ import roma
 import torch
 
 from .camera import TRAJECTORY_KEYS, Trajectory, Motion, compose, trajectory_from_dict, trajectory_to_dict
-from .core import save_json, to_uint8, write_video
+from .core import read_video, save_json, to_uint8, write_video
 from .splat import Gaussians, concat, render
 
 # %% auto #0
@@ -49,7 +49,7 @@ def texture(uv:torch.Tensor, # [N,2] surface coordinates (world units)
     jitter = 0.06*torch.randn(len(uv), 3, generator=g)
     return (palette[0]*(1 - t[:, None]) + palette[1]*t[:, None] + jitter).clamp(0, 1)
 
-# %% ../nbs/05_scenes.ipynb #2f7e5ff5
+# %% ../nbs/05_scenes.ipynb #5ab52ccd
 def _frame_quats(t1:torch.Tensor, t2:torch.Tensor) -> torch.Tensor: # [N,3] two tangents
     "w-x-y-z quaternions of rotations whose x and y axes are the tangents and z the normal."
     a = torch.nn.functional.normalize(t1, dim=-1)
@@ -63,8 +63,10 @@ def surfels(points:torch.Tensor, t1:torch.Tensor, t2:torch.Tensor, # [N,3] centr
     "Flat Gaussians (surface elements) at `points`, sized to cover a surface sampled every `spacing`."
     n = len(points)
     sc = torch.tensor([0.8*spacing, 0.8*spacing, 0.05*spacing]).expand(n, 3).clone()
-    return Gaussians(points.float(), _frame_quats(t1.float(), t2.float()), sc, torch.full((n,), opacity), colors.float())
+    return Gaussians(points.float(), _frame_quats(t1.float(), t2.float()), sc, torch.full((n,), opacity),
+                     colors.float())
 
+# %% ../nbs/05_scenes.ipynb #54f415a0
 def patch(origin, u_axis, v_axis, # corner [3] and the two edges [3] of a parallelogram (world units)
           spacing:float, kind:str, palette, seed:int=0, scale:float=0.15, generator=None) -> Gaussians:
     "A textured planar patch of surfels."
@@ -91,7 +93,9 @@ def box(center, size, spacing:float, kind:str, palette, seed:int=0, yaw:float=0.
             faces.append(patch(c + R@o, R@U, R@V, spacing, kind, palette, seed + 7*ax + sign, generator=generator))
     return concat(faces)
 
-def sphere(center, radius:float, spacing:float, kind:str, palette, seed:int=0, squash=(1., 1., 1.), generator=None) -> Gaussians:
+# %% ../nbs/05_scenes.ipynb #721d3f76
+def sphere(center, radius:float, spacing:float, kind:str, palette, seed:int=0, squash=(1., 1., 1.),
+           generator=None) -> Gaussians:
     "A textured (optionally squashed) sphere of surfels, sampled on a Fibonacci lattice."
     n = max(8, int(4*math.pi*radius**2/spacing**2))
     i = torch.arange(n) + 0.5
@@ -101,9 +105,11 @@ def sphere(center, radius:float, spacing:float, kind:str, palette, seed:int=0, s
     pts = torch.as_tensor(center, dtype=torch.float32) + radius*d*sq
     t1 = torch.nn.functional.normalize(torch.cross(d, torch.tensor([0., 1, 0]).expand(n, 3) + 1e-3, dim=-1), dim=-1)
     t2 = torch.cross(d, t1, dim=-1)
-    cols = texture(torch.stack([(th % (2*math.pi))*radius, phi*radius], -1), kind, torch.as_tensor(palette, dtype=torch.float32), seed)
+    cols = texture(torch.stack([(th % (2*math.pi))*radius, phi*radius], -1), kind,
+                   torch.as_tensor(palette, dtype=torch.float32), seed)
     return surfels(pts, t1, t2, cols, spacing)
 
+# %% ../nbs/05_scenes.ipynb #5252b00b
 def column(base, radius:float, height:float, spacing:float, kind:str, palette, seed:int=0, generator=None) -> Gaussians:
     "A textured vertical cylinder standing on `base` (y down: it rises towards -y)."
     nr, nh = max(6, int(2*math.pi*radius/spacing)), max(2, int(height/spacing))
@@ -116,8 +122,10 @@ def column(base, radius:float, height:float, spacing:float, kind:str, palette, s
     return surfels(pts, t1, torch.tensor([0., 1, 0]).expand(len(pts), 3), cols, spacing)
 
 # %% ../nbs/05_scenes.ipynb #0929c90a
-CATEGORIES = ('natural_landscapes', 'urban_architecture', 'micro_still_life', 'fantasy_surrealism')   # prompts.CATEGORIES' names
-CATEGORY_ALIASES = {'natural_landscape': 'natural_landscapes', 'still_life': 'micro_still_life', 'fantasy': 'fantasy_surrealism'}  # old names on disk
+# prompts.CATEGORIES' names
+CATEGORIES = ('natural_landscapes', 'urban_architecture', 'micro_still_life', 'fantasy_surrealism')
+CATEGORY_ALIASES = {'natural_landscape': 'natural_landscapes', 'still_life': 'micro_still_life',
+                    'fantasy': 'fantasy_surrealism'}  # old names on disk
 
 def scene_category(name:str) -> str:
     "The category's name in CATEGORIES (an old name from CATEGORY_ALIASES is translated); ValueError for one without a world."
@@ -143,7 +151,80 @@ def _assemble(named:list[tuple[str, Gaussians]], category:str, seed:int, subject
 
 def _rand(g, lo, hi): return float(lo + (hi - lo)*torch.rand((), generator=g))
 
-# %% ../nbs/05_scenes.ipynb #3e37dd63
+# %% ../nbs/05_scenes.ipynb #155064bf
+def _natural_landscapes(g, seed, s, big, Y): # generator, seed, surfel spacing, far spacing, ground level
+    "Named parts and subject of a landscape: ground, sky, a hill, a rock (the subject) and three trees."
+    named = [('ground', patch((-2.5, Y, -0.2), (5, 0, 0), (0, 0, 4.2), s, 'noise',
+                              [[0.25, 0.35, 0.12], [0.55, 0.5, 0.3]], seed, 0.3, g)),
+             ('sky', patch((-3.5, -2.2, 4.0), (7, 0, 0), (0, 2.6, 0), big, 'noise',
+                           [[0.55, 0.7, 0.95], [0.95, 0.95, 1.0]], seed + 1, 0.8, g))]
+    named += [('hill', sphere((_rand(g, -1.2, -0.4), Y + 0.1, 3.2), 0.9, big, 'noise',
+                              [[0.2, 0.3, 0.1], [0.4, 0.45, 0.25]], seed + 2, (1.6, 0.5, 1.0)))]
+    named += [('rock', sphere((0.0, Y - 0.14, 1.0), 0.16, s*0.8, 'noise',
+                              [[0.22, 0.2, 0.18], [0.55, 0.5, 0.44]], seed + 3, (1.2, 0.9, 1.0)))]
+    for i in range(3):
+        x, z = _rand(g, -1.2, 1.2), _rand(g, 1.4, 2.6)
+        named += [(f'tree{i}_trunk', column((x, Y, z), 0.05, 0.5, s*0.7, 'stripes',
+                                            [[0.3, 0.2, 0.1], [0.45, 0.3, 0.15]], seed + 10 + i)),
+                  (f'tree{i}_crown', sphere((x, Y - 0.65, z), 0.22, s, 'noise',
+                                            [[0.1, 0.35, 0.1], [0.35, 0.6, 0.2]], seed + 20 + i))]
+    return named, 'rock'
+
+# %% ../nbs/05_scenes.ipynb #4678c352
+def _urban_architecture(g, seed, s, big, Y): # generator, seed, surfel spacing, far spacing, ground level
+    "Named parts and subject of a plaza: paving, a facade, two buildings, a statue (the subject) and two columns."
+    named = [('ground', patch((-2.5, Y, -0.2), (5, 0, 0), (0, 0, 4.2), s, 'checker',
+                              [[0.3, 0.3, 0.32], [0.42, 0.42, 0.45]], seed, 0.25, g)),
+             ('facade', patch((-3.5, -1.8, 3.6), (7, 0, 0), (0, 1.8 + Y, 0), big, 'windows',
+                              [[0.75, 0.65, 0.55], [0.2, 0.3, 0.45]], seed + 1, 0.25, g))]
+    for i, x in enumerate((-1.3, 1.3)):
+        h = _rand(g, 0.8, 1.4)
+        named += [(f'building{i}', box((x, Y - h/2, _rand(g, 2.0, 2.8)), (0.7, h, 0.7), s*1.2, 'windows',
+                                       [[0.6, 0.55, 0.5], [0.25, 0.3, 0.4]], seed + 2 + i, _rand(g, -20, 20), g))]
+    named += [('statue', box((0.0, Y - 0.2, 1.0), (0.25, 0.4, 0.25), s*0.7, 'bricks',
+                             [[0.8, 0.75, 0.65], [0.45, 0.4, 0.35]], seed + 5, 15, g))]
+    for i, x in enumerate((-0.5, 0.5)):
+        named += [(f'column{i}', column((x, Y, 1.6), 0.06, 0.8, s*0.7, 'stripes',
+                                        [[0.85, 0.85, 0.8], [0.6, 0.6, 0.55]], seed + 6 + i))]
+    return named, 'statue'
+
+# %% ../nbs/05_scenes.ipynb #9f388240
+def _micro_still_life(g, seed, s, big, Y): # generator, seed, surfel spacing, far spacing, ground level
+    "Named parts and subject of a still life: a table, a wall, a vase (the subject), an apple and a book."
+    named = [('table', patch((-1.6, Y - 0.1, 0.2), (3.2, 0, 0), (0, 0, 2.4), s, 'stripes',
+                             [[0.45, 0.3, 0.18], [0.6, 0.42, 0.25]], seed, 0.1, g)),
+             ('wall', patch((-2.5, -1.6, 2.6), (5, 0, 0), (0, 1.5 + Y, 0), big, 'checker',
+                            [[0.85, 0.8, 0.7], [0.7, 0.65, 0.55]], seed + 1, 0.3, g))]
+    named += [('vase', column((0.0, Y - 0.1, 1.0), 0.09, 0.35, s*0.6, 'noise',
+                              [[0.2, 0.35, 0.7], [0.8, 0.85, 0.9]], seed + 2)),
+              ('apple', sphere((-0.3, Y - 0.18, 0.9), 0.08, s*0.5, 'noise',
+                               [[0.7, 0.1, 0.1], [0.95, 0.5, 0.2]], seed + 3)),
+              ('book', box((0.35, Y - 0.15, 1.1), (0.3, 0.1, 0.22), s*0.6, 'stripes',
+                           [[0.15, 0.3, 0.2], [0.85, 0.8, 0.6]], seed + 4, -25, g))]
+    return named, 'vase'
+
+# %% ../nbs/05_scenes.ipynb #01867589
+def _fantasy_surrealism(g, seed, s, big, Y): # generator, seed, surfel spacing, far spacing, ground level
+    "Named parts and subject of a fantasy scene: ground, sky, a glowing orb (the subject), four moons, two pillars."
+    named = [('ground', patch((-2.5, Y, -0.2), (5, 0, 0), (0, 0, 4.2), s, 'noise',
+                              [[0.3, 0.15, 0.4], [0.7, 0.5, 0.9]], seed, 0.4, g)),
+             ('sky', patch((-3.5, -2.2, 4.0), (7, 0, 0), (0, 2.6, 0), big, 'noise',
+                           [[0.1, 0.05, 0.25], [0.5, 0.3, 0.7]], seed + 1, 0.6, g))]
+    named += [('orb', sphere((0.0, -0.05, 1.0), 0.18, s*0.7, 'noise', [[0.9, 0.7, 0.1], [1.0, 1.0, 0.7]], seed + 2))]
+    for i in range(4):
+        a = 2*math.pi*i/4 + _rand(g, 0, 1)
+        named += [(f'moon{i}', sphere((0.6*math.cos(a), -0.3 + _rand(g, -0.2, 0.2), 1.8 + 0.6*math.sin(a)),
+                                      _rand(g, 0.08, 0.15), s*0.7, 'noise',
+                                      [[0.2, 0.8, 0.8], [0.9, 0.3, 0.8]], seed + 3 + i))]
+    for i, x in enumerate((-0.9, 0.9)):
+        named += [(f'pillar{i}', column((x, Y, 1.5), 0.08, 1.1, s*0.8, 'bricks',
+                                        [[0.5, 0.4, 0.6], [0.25, 0.2, 0.3]], seed + 8 + i))]
+    return named, 'orb'
+
+# %% ../nbs/05_scenes.ipynb #5346650a
+_LAYOUTS = {'natural_landscapes': _natural_landscapes, 'urban_architecture': _urban_architecture,
+            'micro_still_life': _micro_still_life, 'fantasy_surrealism': _fantasy_surrealism}
+
 def make_world(category:str='natural_landscapes', # one of CATEGORIES
                seed:int=0,
                spacing:float=0.04, # surfel spacing in units of z_ref (smaller: more Gaussians, finer texture)
@@ -153,45 +234,7 @@ def make_world(category:str='natural_landscapes', # one of CATEGORIES
     g = torch.Generator().manual_seed(seed)
     s, Y = spacing, 0.35                                    # surfel spacing; ground level (y down)
     big = 1.8*s                                             # coarser sampling far away
-    named = []
-    if category == 'natural_landscapes':
-        named += [('ground', patch((-2.5, Y, -0.2), (5, 0, 0), (0, 0, 4.2), s, 'noise', [[0.25, 0.35, 0.12], [0.55, 0.5, 0.3]], seed, 0.3, g)),
-                  ('sky', patch((-3.5, -2.2, 4.0), (7, 0, 0), (0, 2.6, 0), big, 'noise', [[0.55, 0.7, 0.95], [0.95, 0.95, 1.0]], seed + 1, 0.8, g))]
-        named += [('hill', sphere((_rand(g, -1.2, -0.4), Y + 0.1, 3.2), 0.9, big, 'noise', [[0.2, 0.3, 0.1], [0.4, 0.45, 0.25]], seed + 2, (1.6, 0.5, 1.0)))]
-        named += [('rock', sphere((0.0, Y - 0.14, 1.0), 0.16, s*0.8, 'noise', [[0.22, 0.2, 0.18], [0.55, 0.5, 0.44]], seed + 3, (1.2, 0.9, 1.0)))]
-        for i in range(3):
-            x, z = _rand(g, -1.2, 1.2), _rand(g, 1.4, 2.6)
-            named += [(f'tree{i}_trunk', column((x, Y, z), 0.05, 0.5, s*0.7, 'stripes', [[0.3, 0.2, 0.1], [0.45, 0.3, 0.15]], seed + 10 + i)),
-                      (f'tree{i}_crown', sphere((x, Y - 0.65, z), 0.22, s, 'noise', [[0.1, 0.35, 0.1], [0.35, 0.6, 0.2]], seed + 20 + i))]
-        subject = 'rock'
-    elif category == 'urban_architecture':
-        named += [('ground', patch((-2.5, Y, -0.2), (5, 0, 0), (0, 0, 4.2), s, 'checker', [[0.3, 0.3, 0.32], [0.42, 0.42, 0.45]], seed, 0.25, g)),
-                  ('facade', patch((-3.5, -1.8, 3.6), (7, 0, 0), (0, 1.8 + Y, 0), big, 'windows', [[0.75, 0.65, 0.55], [0.2, 0.3, 0.45]], seed + 1, 0.25, g))]
-        for i, x in enumerate((-1.3, 1.3)):
-            h = _rand(g, 0.8, 1.4)
-            named += [(f'building{i}', box((x, Y - h/2, _rand(g, 2.0, 2.8)), (0.7, h, 0.7), s*1.2, 'windows', [[0.6, 0.55, 0.5], [0.25, 0.3, 0.4]], seed + 2 + i, _rand(g, -20, 20), g))]
-        named += [('statue', box((0.0, Y - 0.2, 1.0), (0.25, 0.4, 0.25), s*0.7, 'bricks', [[0.8, 0.75, 0.65], [0.45, 0.4, 0.35]], seed + 5, 15, g))]
-        for i, x in enumerate((-0.5, 0.5)):
-            named += [(f'column{i}', column((x, Y, 1.6), 0.06, 0.8, s*0.7, 'stripes', [[0.85, 0.85, 0.8], [0.6, 0.6, 0.55]], seed + 6 + i))]
-        subject = 'statue'
-    elif category == 'micro_still_life':
-        named += [('table', patch((-1.6, Y - 0.1, 0.2), (3.2, 0, 0), (0, 0, 2.4), s, 'stripes', [[0.45, 0.3, 0.18], [0.6, 0.42, 0.25]], seed, 0.1, g)),
-                  ('wall', patch((-2.5, -1.6, 2.6), (5, 0, 0), (0, 1.5 + Y, 0), big, 'checker', [[0.85, 0.8, 0.7], [0.7, 0.65, 0.55]], seed + 1, 0.3, g))]
-        named += [('vase', column((0.0, Y - 0.1, 1.0), 0.09, 0.35, s*0.6, 'noise', [[0.2, 0.35, 0.7], [0.8, 0.85, 0.9]], seed + 2)),
-                  ('apple', sphere((-0.3, Y - 0.18, 0.9), 0.08, s*0.5, 'noise', [[0.7, 0.1, 0.1], [0.95, 0.5, 0.2]], seed + 3)),
-                  ('book', box((0.35, Y - 0.15, 1.1), (0.3, 0.1, 0.22), s*0.6, 'stripes', [[0.15, 0.3, 0.2], [0.85, 0.8, 0.6]], seed + 4, -25, g))]
-        subject = 'vase'
-    else:  # fantasy_surrealism
-        named += [('ground', patch((-2.5, Y, -0.2), (5, 0, 0), (0, 0, 4.2), s, 'noise', [[0.3, 0.15, 0.4], [0.7, 0.5, 0.9]], seed, 0.4, g)),
-                  ('sky', patch((-3.5, -2.2, 4.0), (7, 0, 0), (0, 2.6, 0), big, 'noise', [[0.1, 0.05, 0.25], [0.5, 0.3, 0.7]], seed + 1, 0.6, g))]
-        named += [('orb', sphere((0.0, -0.05, 1.0), 0.18, s*0.7, 'noise', [[0.9, 0.7, 0.1], [1.0, 1.0, 0.7]], seed + 2))]
-        for i in range(4):
-            a = 2*math.pi*i/4 + _rand(g, 0, 1)
-            named += [(f'moon{i}', sphere((0.6*math.cos(a), -0.3 + _rand(g, -0.2, 0.2), 1.8 + 0.6*math.sin(a)), _rand(g, 0.08, 0.15), s*0.7,
-                                          'noise', [[0.2, 0.8, 0.8], [0.9, 0.3, 0.8]], seed + 3 + i))]
-        for i, x in enumerate((-0.9, 0.9)):
-            named += [(f'pillar{i}', column((x, Y, 1.5), 0.08, 1.1, s*0.8, 'bricks', [[0.5, 0.4, 0.6], [0.25, 0.2, 0.3]], seed + 8 + i))]
-        subject = 'orb'
+    named, subject = _LAYOUTS[category](g, seed, s, big, Y)
     return _assemble(named, category, seed, subject)
 
 # %% ../nbs/05_scenes.ipynb #708ab766
@@ -204,7 +247,8 @@ def render_video(world:World|Gaussians, traj:Trajectory, # the scene and the cam
     for i in range(0, len(traj), batch):
         c2w, K = traj.c2w[i:i + batch].float(), traj.K.float()
         if scenes is None: rgb = render(g, c2w, K, traj.H, traj.W, background=background).rgb
-        else: rgb = torch.stack([render(scenes[i + k], c2w[k], K, traj.H, traj.W, background=background).rgb for k in range(len(c2w))])
+        else: rgb = torch.stack([render(scenes[i + k], c2w[k], K, traj.H, traj.W,
+                                        background=background).rgb for k in range(len(c2w))])
         out.append(to_uint8(rgb))
     return np.concatenate(out)
 
@@ -212,14 +256,14 @@ def save_clip(path:str|Path, # the mp4 to write; the sidecar goes next to it as 
               frames:np.ndarray, traj:Trajectory, fps:int=16, **meta) -> Path:
     "Write an mp4 and its JSON sidecar (every field of the trajectory, `fps` and any `meta`)."
     path = Path(path)
-    if clash := set(meta) & {*TRAJECTORY_KEYS, 'fps'}: raise ValueError(f"meta keys {sorted(clash)} would overwrite the trajectory's")
+    if clash := set(meta) & {*TRAJECTORY_KEYS, 'fps'}:
+        raise ValueError(f"meta keys {sorted(clash)} would overwrite the trajectory's")
     write_video(path, frames, fps)
     save_json(trajectory_to_dict(traj) | dict(fps=fps, **meta), path.with_suffix('.json'))
     return path
 
 def load_clip(path:str|Path) -> tuple[np.ndarray, Trajectory, dict]:
     "Frames, the trajectory and the metadata of a clip written by `save_clip`."
-    from worldlab.core import read_video
     path = Path(path)
     meta = json.loads(path.with_suffix('.json').read_text())
     frames, _ = read_video(path)
@@ -260,7 +304,7 @@ def _smooth_field(x:torch.Tensor, g:torch.Generator, waves:int=4, wavelength:flo
         d = d + amp*torch.sin(x @ k + 2*math.pi*torch.rand((), generator=g))[:, None]
     return d/math.sqrt(waves/2)
 
-# %% ../nbs/05_scenes.ipynb #6f5fdf5f
+# %% ../nbs/05_scenes.ipynb #62a81a5e
 def _per_frame(world, traj, fn, background):
     "Render a clip whose scene changes per frame: `fn(t) -> Gaussians`."
     return render_video([fn(t) for t in range(len(traj))], traj, background)
@@ -277,11 +321,14 @@ def _frozen_camera(world, traj, clean, s, g, bg):
     still = _blend_poses(traj.c2w, traj.c2w[:1].expand_as(traj.c2w), s)
     return render_video(world, replace(traj, c2w=still), bg), {}
 
+# %% ../nbs/05_scenes.ipynb #2b94eee8
 def _wobble(world, traj, clean, s, g, bg):
     G = world.gaussians
     seeds = torch.randint(0, 2**31, (len(traj),), generator=g).tolist()
     def scene(t):                                                      # frame 0 stays the clean one
-        return G if t == 0 else replace(G, means=G.means + s*_smooth_field(G.means, torch.Generator().manual_seed(seeds[t])))
+        return G if t == 0 else replace(G,
+                                        means=G.means + s*_smooth_field(G.means,
+                                                                        torch.Generator().manual_seed(seeds[t])))
     return _per_frame(world, traj, scene, bg), {}
 
 def _object_pop(world, traj, clean, s, g, bg):
@@ -295,6 +342,7 @@ def _texture_flicker(world, traj, clean, s, g, bg):
     noise = [torch.zeros(len(G), 3)] + [s*torch.randn(len(G), 3, generator=g) for _ in range(len(traj) - 1)]
     return _per_frame(world, traj, lambda t: replace(G, colors=(G.colors + noise[t]).clamp(0, 1)), bg), {}
 
+# %% ../nbs/05_scenes.ipynb #306e9dee
 def _billboard(world, traj, clean, s, g, bg):
     G = world.gaussians
     w2c0 = torch.linalg.inv(traj.c2w[0]).float()
@@ -319,6 +367,7 @@ def _object_motion(world, traj, clean, s, g, bg):
         return replace(G, means=m)
     return _per_frame(world, traj, scene, bg), dict(part=world.subject)
 
+# %% ../nbs/05_scenes.ipynb #1cb3beb4
 INTERVENTIONS = {  # name: (function, property, legitimate, default strength)
     'frame_shuffle': (_frame_shuffle, 'temporal_order', False, 0.5),
     'time_reversal': (_time_reversal, 'temporal_direction', False, 1.0),

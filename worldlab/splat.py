@@ -82,14 +82,17 @@ def save_ply(g:Gaussians, path:str|Path) -> Path:
     dc = (g.colors - 0.5)/SH_C0 if g.colors.ndim == 2 else sh[:, 0]
     rest = sh[:, 1:].transpose(1, 2).reshape(len(g), -1)                          # channel-major, as 3DGS
     op = g.opacities.clamp(1e-6, 1 - 1e-6)
-    cols = [g.means, torch.zeros(len(g), 3), dc, rest, (op/(1 - op)).log()[:, None], g.scales.clamp_min(1e-12).log(), g.quats]
+    cols = [g.means, torch.zeros(len(g), 3), dc, rest, (op/(1 - op)).log()[:, None],
+            g.scales.clamp_min(1e-12).log(), g.quats]
     data = torch.cat(cols, 1).numpy().astype('<f4')
     names = _ply_fields(sh.shape[1])
-    header = ['ply', 'format binary_little_endian 1.0', f'element vertex {len(g)}', *[f'property float {n}' for n in names], 'end_header']
+    header = ['ply', 'format binary_little_endian 1.0', f'element vertex {len(g)}',
+              *[f'property float {n}' for n in names], 'end_header']
     with open(path, 'wb') as f:
         f.write(('\n'.join(header) + '\n').encode()); f.write(data.tobytes())
     return path
 
+# %% ../nbs/04_splat.ipynb #207914bd
 def load_ply(path:str|Path, rgb:bool|None=None, # degree-0 files: RGB colours (default) or [N,1,3] SH
             ) -> Gaussians:
     "Read a scene saved in the 3DGS `.ply` layout (float properties, binary little-endian)."
@@ -100,7 +103,8 @@ def load_ply(path:str|Path, rgb:bool|None=None, # degree-0 files: RGB colours (d
             if not line and f.tell() > 10_000: raise ValueError(f"{path}: no end_header in the PLY header")
             head.append(line)
         body = f.read()
-    if 'format binary_little_endian 1.0' not in head: raise ValueError(f"{path}: only binary little-endian PLY is supported")
+    if 'format binary_little_endian 1.0' not in head:
+        raise ValueError(f"{path}: only binary little-endian PLY is supported")
     n = next(int(l.split()[-1]) for l in head if l.startswith('element vertex'))
     props = [l.split() for l in head if l.startswith('property')]
     bad = [p for p in props if p[1] != 'float']
@@ -113,9 +117,11 @@ def load_ply(path:str|Path, rgb:bool|None=None, # degree-0 files: RGB colours (d
     col = lambda *ks: a[:, [names.index(k) for k in ks]]
     dc = col('f_dc_0', 'f_dc_1', 'f_dc_2')
     n_rest = sum(k.startswith('f_rest_') for k in names)
-    if n_rest: colors = torch.cat([dc[:, None], col(*[f'f_rest_{i}' for i in range(n_rest)]).reshape(n, 3, -1).transpose(1, 2)], 1)
+    if n_rest: colors = torch.cat([dc[:, None],
+                                   col(*[f'f_rest_{i}' for i in range(n_rest)]).reshape(n, 3, -1).transpose(1, 2)], 1)
     else: colors = dc*SH_C0 + 0.5 if rgb in (None, True) else dc[:, None]
-    return Gaussians(col('x', 'y', 'z'), col('rot_0', 'rot_1', 'rot_2', 'rot_3'), col('scale_0', 'scale_1', 'scale_2').exp(),
+    return Gaussians(col('x', 'y', 'z'), col('rot_0', 'rot_1', 'rot_2', 'rot_3'),
+                     col('scale_0', 'scale_1', 'scale_2').exp(),
                      torch.sigmoid(col('opacity')[:, 0]), colors)
 
 # %% ../nbs/04_splat.ipynb #57b833d1
@@ -232,7 +238,8 @@ def _gsplat_render(g, w2c, Ks, H, W, background):
     except ImportError as e:
         raise ImportError("backend='gsplat' needs the gsplat package: pip install 'worldlab[gpu]' on a CUDA machine") from e
     colors, sh = (g.colors, None) if g.colors.ndim == 2 else (g.colors, g.sh_degree)
-    img, alpha, _ = rasterization(g.means, torch.nn.functional.normalize(g.quats, dim=-1), g.scales, g.opacities, colors,
+    img, alpha, _ = rasterization(g.means, torch.nn.functional.normalize(g.quats, dim=-1), g.scales,
+                                  g.opacities, colors,
                                   w2c, Ks, W, H, sh_degree=sh, render_mode='RGB+ED', eps2d=EPS2D, near_plane=0.01,
                                   backgrounds=background.expand(len(w2c), 3) if background is not None else None)
     return img[..., :3].permute(0, 3, 1, 2), alpha[..., 0], img[..., 3]
@@ -252,7 +259,8 @@ def render(g:Gaussians, # the scene
     bg = None if background is None else torch.as_tensor(background, dtype=g.means.dtype, device=g.means.device)
     if backend == 'auto': backend = 'gsplat' if g.means.is_cuda else 'torch'
     if backend == 'gsplat':
-        if not g.means.is_cuda: raise RuntimeError("backend='gsplat' renders CUDA tensors only: move the scene with .to('cuda')")
+        if not g.means.is_cuda:
+            raise RuntimeError("backend='gsplat' renders CUDA tensors only: move the scene with .to('cuda')")
         rgb, acc, dep = _gsplat_render(g, w2c, Ks.to(g.means), H, W, bg)
     elif backend == 'torch':
         outs = []
@@ -284,7 +292,8 @@ def sh_rotation(R:torch.Tensor, K:int) -> torch.Tensor: # R [3,3] a rotation; K 
 
 def _check_rotation(R:torch.Tensor):
     R64 = R.detach().to('cpu', torch.float64)
-    if R64.shape != (3, 3) or not torch.allclose(R64 @ R64.T, torch.eye(3, dtype=torch.float64), atol=1e-4) or torch.det(R64) < 0:
+    if R64.shape != (3, 3) or not torch.allclose(R64 @ R64.T, torch.eye(3, dtype=torch.float64),
+                                                 atol=1e-4) or torch.det(R64) < 0:
         raise ValueError(f"R must be a 3x3 rotation (orthonormal, det +1); got {tuple(R.shape)} with det "
                          f"{float(torch.det(R64)) if R64.shape == (3, 3) else float('nan'):.4f}: split a reflection or scale off first")
 
@@ -299,5 +308,7 @@ def transform_gaussians(g:Gaussians, R:torch.Tensor, # [3,3] rotation
     t = torch.zeros(3) if t is None else torch.as_tensor(t)
     qR = roma.rotmat_to_unitquat(R)                                    # x y z w
     q = roma.quat_product(qR.expand(len(g), 4), torch.nn.functional.normalize(g.quats, dim=-1)[:, [1, 2, 3, 0]])
-    colors = g.colors if g.colors.ndim == 2 else torch.einsum('jk,nkc->njc', sh_rotation(R, g.colors.shape[1]).to(g.colors), g.colors)
-    return Gaussians(float(scale)*g.means @ R.T + t.to(g.means), q[:, [3, 0, 1, 2]], float(scale)*g.scales, g.opacities, colors)
+    colors = g.colors if g.colors.ndim == 2 else torch.einsum('jk,nkc->njc',
+                                                              sh_rotation(R, g.colors.shape[1]).to(g.colors), g.colors)
+    return Gaussians(float(scale)*g.means @ R.T + t.to(g.means), q[:, [3, 0, 1, 2]], float(scale)*g.scales,
+                     g.opacities, colors)

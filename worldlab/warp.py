@@ -13,15 +13,187 @@ import torch
 import torch.nn.functional as F
 
 from .camera import Trajectory, trajectory_from_prompt, NO_CAMERA_PHRASE
-from .flow import pixel_grid, trajectory_flows
+from .flow import pixel_grid, trajectory_flows, homography_flow, plane_homography
 from .core import wan_latent_shape
 
 
 # %% auto #0
-__all__ = ['WARP_METHODS', 'WARP_METHOD_ALIASES', 'quad_cell_overlap', 'quad_area', 'corner_quads', 'check_flow', 'integral_warp',
-           'DiscreteState', 'discrete_warp', 'sum_pool', 'warp_noise', 'frame_stats', 'realised_shift',
-           'aligned_correlation', 'anchored_warp', 'trajectory_homographies', 'mix_fresh', 'camera_noise',
-           'camera_latents', 'lowpass', 'inject_init', 'StepwiseDelta', 'stepwise_delta']
+__all__ = ['WARP_METHODS', 'WARP_METHOD_ALIASES', 'realised_shift', 'frame_stats', 'anchored_warp', 'trajectory_homographies',
+           'aligned_correlation', 'quad_cell_overlap', 'quad_area', 'corner_quads', 'check_flow', 'integral_warp',
+           'DiscreteState', 'discrete_warp', 'sum_pool', 'warp_noise', 'mix_fresh', 'camera_noise', 'camera_latents',
+           'lowpass', 'inject_init', 'StepwiseDelta', 'stepwise_delta']
+
+# %% ../nbs/03_warp.ipynb #021a2b2f
+def realised_shift(a:torch.Tensor, b:torch.Tensor, # [C,H,W] consecutive frames
+                   max_lag:int=3) -> tuple[float, float]:
+    "The (dx, dy) by which `b` looks like `a` moved: cross-correlation peak refined by its centroid."
+    a, b = a.double(), b.double()
+    C, H, W = a.shape
+    L = max_lag
+    corr = torch.zeros(2*L + 1, 2*L + 1, dtype=torch.float64)
+    for i, dy in enumerate(range(-L, L + 1)):
+        for j, dx in enumerate(range(-L, L + 1)):
+            sa = a[:, max(0, -dy):H - max(0, dy), max(0, -dx):W - max(0, dx)]
+            sb = b[:, max(0, dy):H - max(0, -dy), max(0, dx):W - max(0, -dx)]
+            corr[i, j] = (sa*sb).mean()
+    i, j = divmod(int(corr.argmax()), 2*L + 1)
+    i, j = min(max(i, 1), 2*L - 1), min(max(j, 1), 2*L - 1)
+    win = corr[i-1:i+2, j-1:j+2].clamp_min(0)
+    lags = torch.arange(-1, 2, dtype=torch.float64)
+    dy = (win.sum(1)*lags).sum()/win.sum() + i - L
+    dx = (win.sum(0)*lags).sum()/win.sum() + j - L
+    return float(dx), float(dy)
+
+# %% ../nbs/03_warp.ipynb #b05919bc
+def frame_stats(frames:torch.Tensor) -> list[dict]: # [T,C,H,W]
+    "Per-frame distribution statistics: mean, std, KS statistic and its 5% critical value, neighbour correlations."
+    from scipy import stats
+    f = frames.double()
+    v = f.flatten(1).sort(1).values                                   # [T,N]
+    n = v.shape[1]
+    cdf = 0.5*(1 + torch.erf(v/math.sqrt(2)))
+    i = torch.arange(1, n + 1, dtype=torch.float64)
+    ks = torch.maximum((i/n - cdf).amax(1), (cdf - (i - 1)/n).amax(1))
+    def corr(a, b):
+        a, b = a.flatten(1) - a.flatten(1).mean(1, keepdim=True), b.flatten(1) - b.flatten(1).mean(1, keepdim=True)
+        return (a*b).sum(1)/(a.norm(dim=1)*b.norm(dim=1))
+    cx, cy = corr(f[..., 1:], f[..., :-1]), corr(f[..., 1:, :], f[..., :-1, :])
+    crit = float(stats.kstwo.ppf(0.95, n))
+    return [dict(mean=float(f[t].mean()), std=float(f[t].std()), ks=float(ks[t]), ks_crit=crit,
+                 corr_x=float(cx[t]), corr_y=float(cy[t])) for t in range(len(f))]
+
+# %% ../nbs/03_warp.ipynb #f1e79284
+def _bridge_split(val:torch.Tensor, # [C,n] integrals of white noise over pieces of area `mass`
+                  share:torch.Tensor, # [n] fraction of each piece that goes to the first part
+                  mass:torch.Tensor|float, # [n] area of each piece (variance of its integral)
+                  generator=None):
+    "Split white-noise integrals into two parts consistently: `(first, second)`, independent, summing to `val`."
+    eps = torch.randn(val.shape, generator=generator, dtype=val.dtype, device=val.device)
+    first = share*val + (share*(1 - share)*mass).sqrt()*eps
+    return first, val - first
+
+# %% ../nbs/03_warp.ipynb #2b9d0dd5
+def _first_pixel(pos:torch.Tensor, half:torch.Tensor):
+    "Pixel holding the start of `[pos-half, pos+half]` and the share of the interval inside it."
+    left = pos - half
+    j = left.floor()
+    f = ((j + 1 - left)/(2*half)).clamp(0, 1)
+    empty = f <= 0                                                  # starts exactly on a border
+    return torch.where(empty, j + 1, j), torch.where(empty, torch.ones_like(f), f)
+
+def _field_extent(Hinv:torch.Tensor, h:int, w:int):
+    "Pre-images `[T,2,4]` of each frame's corners in the first frame, or a clear error."
+    corners = torch.tensor([[0., 0, 1], [w, 0, 1], [w, h, 1], [0, h, 1]], dtype=Hinv.dtype, device=Hinv.device)
+    pre = Hinv @ corners.T
+    if (pre[:, 2] <= 1e-9).any():
+        t = int((pre[:, 2] <= 1e-9).any(1).nonzero()[0])
+        raise ValueError(f"frame {t} looks beyond the horizon of the first frame's reference plane (the camera turned "
+                         f"too far for one anchor); use method='frame_to_frame' for this trajectory")
+    return pre[:, :2]/pre[:, 2:]
+
+def _footprints(Ht:torch.Tensor, X:torch.Tensor, Y:torch.Tensor, s:int):
+    "Centres `(x, y)` of field cells (X [1,n], Y [m,1]) mapped by `Ht`, and half the size of their images."
+    wq = Ht[2, 0]*X + Ht[2, 1]*Y + Ht[2, 2]
+    xq, yq = (Ht[0, 0]*X + Ht[0, 1]*Y + Ht[0, 2])/wq, (Ht[1, 0]*X + Ht[1, 1]*Y + Ht[1, 2])/wq
+    hx = ((Ht[0, 0] - Ht[2, 0]*xq)/wq).abs()/(2*s)                      # local scale of the map along x
+    hy = ((Ht[1, 1] - Ht[2, 1]*yq)/wq).abs()/(2*s)
+    return xq.reshape(-1), yq.reshape(-1), hx.reshape(-1), hy.reshape(-1)
+
+# %% ../nbs/03_warp.ipynb #eea4aa0c
+def _pool_cells(val:torch.Tensor, # [C,n] cell values (area 1, variance 1 each)
+                xq, yq, hx, hy, # [n] mapped centres and half footprints (frame pixels)
+                h:int, w:int, generator=None) -> torch.Tensor:
+    "One frame `[C,h,w]`: cells split by bridges at pixel borders (x, then y), summed per pixel, normalised."
+    C, dt, dev = val.shape[0], val.dtype, val.device
+    jx, fx = _first_pixel(xq, hx); jy, fy = _first_pixel(yq, hy)
+    cut = (fx < 1).nonzero()[:, 0]                                      # cells cut by a column border
+    a, b = _bridge_split(val[:, cut], fx[cut].to(dt), 1.0, generator)
+    val = val.clone(); val[:, cut] = a
+    val = torch.cat([val, b], 1)
+    mass = torch.cat([torch.ones_like(fx).index_put((cut,), fx[cut]), 1 - fx[cut]])
+    jx, jy, fy = torch.cat([jx, jx[cut] + 1]), torch.cat([jy, jy[cut]]), torch.cat([fy, fy[cut]])
+    cut = (fy < 1).nonzero()[:, 0]                                      # pieces cut by a row border
+    a, b = _bridge_split(val[:, cut], fy[cut].to(dt), mass[cut].to(dt), generator)
+    val[:, cut] = a
+    val = torch.cat([val, b], 1)
+    mass = torch.cat([mass.index_put((cut,), mass[cut]*fy[cut]), mass[cut]*(1 - fy[cut])])
+    jx, jy = torch.cat([jx, jx[cut]]), torch.cat([jy, jy[cut] + 1])
+    target = torch.where((jx >= 0) & (jx < w) & (jy >= 0) & (jy < h), jy*w + jx, h*w).long()
+    S = torch.zeros(C, h*w + 1, dtype=dt, device=dev).index_add_(1, target, val)[:, :-1]
+    M = torch.zeros(h*w + 1, dtype=torch.float64, device=dev).index_add_(0, target, mass)[:-1]
+    z = S/M.clamp_min(1e-12).sqrt().to(dt)
+    empty = M < 1e-9                                                    # (cannot happen inside the extent)
+    if empty.any(): z[:, empty] = torch.randn(C, int(empty.sum()), generator=generator, dtype=dt, device=dev)
+    return z.reshape(C, h, w)
+
+# %% ../nbs/03_warp.ipynb #8225530b
+def anchored_warp(homographies:torch.Tensor, # [T,3,3] first-frame pixel coords -> frame-t pixel coords
+                  shape:tuple[int,int,int], # (C, h, w) of each frame
+                  subpixel:int=4, # field cells per pixel along each axis
+                  generator:torch.Generator|None=None,
+                  dtype=torch.float32,
+                  device=None,
+                 ) -> torch.Tensor:
+    "Frames `[T,C,h,w]`: one white-noise field integrated over each frame's pixel pre-images."
+    C, h, w = shape
+    s, dev = int(subpixel), homographies.device if device is None else torch.device(device)
+    if s < 1: raise ValueError(f"subpixel must be >= 1, got {subpixel}")
+    Hs = homographies.to(dev, torch.float64)
+    if Hs.ndim != 3 or Hs.shape[1:] != (3, 3): raise ValueError(f"homographies must be [T,3,3], got {tuple(Hs.shape)}")
+    if not torch.isfinite(Hs).all(): raise ValueError("homographies hold NaN or inf")
+    pre = _field_extent(torch.linalg.inv(Hs), h, w)                       # [T,2,4] frame corners in the field
+    x_lo, y_lo = math.floor(min(0., float(pre[:, 0].min()))) - 1, math.floor(min(0., float(pre[:, 1].min()))) - 1
+    x_hi, y_hi = math.ceil(max(w, float(pre[:, 0].max()))) + 1, math.ceil(max(h, float(pre[:, 1].max()))) + 1
+    nx, ny = (x_hi - x_lo)*s, (y_hi - y_lo)*s
+    field = torch.randn(C, ny, nx, generator=generator, dtype=dtype, device=dev)   # each cell: area 1, variance 1
+    xs = x_lo + (torch.arange(nx, dtype=torch.float64, device=dev) + 0.5)/s
+    ys = y_lo + (torch.arange(ny, dtype=torch.float64, device=dev) + 0.5)/s
+    frames = []
+    for t, Ht in enumerate(Hs):                                          # only the cells near this frame's pre-image
+        c0, c1 = max(0, math.floor((float(pre[t, 0].min()) - x_lo)*s) - 1), min(nx,
+                                                                                math.ceil((float(pre[t, 0].max()) - x_lo)*s) + 1)
+        r0, r1 = max(0, math.floor((float(pre[t, 1].min()) - y_lo)*s) - 1), min(ny,
+                                                                                math.ceil((float(pre[t, 1].max()) - y_lo)*s) + 1)
+        xq, yq, hx, hy = _footprints(Ht, xs[None, c0:c1], ys[r0:r1, None], s)
+        keep = ((xq + hx > 0) & (xq - hx < w) & (yq + hy > 0) & (yq - hy < h)).nonzero()[:, 0]
+        val = field[:, r0:r1, c0:c1].reshape(C, -1)[:, keep]
+        frames.append(_pool_cells(val, xq[keep], yq[keep], hx[keep], hy[keep], h, w, generator))
+    return torch.stack(frames)
+
+# %% ../nbs/03_warp.ipynb #0c0521ae
+def trajectory_homographies(traj:Trajectory, # poses of the frames to warp between
+                            h:int|None=None, w:int|None=None, # pixel grid (default: the trajectory's)
+                           ) -> torch.Tensor:
+    "`[T,3,3]` maps from the first frame's pixels to each frame's, chaining the per-step plane homographies."
+    h, w = h or traj.H, w or traj.W
+    tr = traj.resized(h, w)
+    steps = plane_homography(tr.c2w[:-1], tr.c2w[1:], tr.K, tr.z_ref)
+    Hs = [torch.eye(3, dtype=torch.float64)]
+    for Hk in steps: Hs.append(Hk @ Hs[-1])
+    return torch.stack(Hs)
+
+# %% ../nbs/03_warp.ipynb #fc322083
+def aligned_correlation(frames:torch.Tensor, # [T,C,H,W] noise frames
+                        traj:Trajectory, # poses of exactly those frames, K for (H, W)
+                        distances:list[int]=(1, 2, 4, 8), # frame gaps to measure
+                        smooth:int=1, # box-filter both frames first (1: raw noise)
+                       ) -> dict[int, float]:
+    "Mean correlation of frame t+d with frame t moved along the true flow t -> t+d (bilinear), per gap d."
+    T, C, H, W = frames.shape
+    fr = frames.float()
+    if smooth > 1: fr = F.avg_pool2d(fr, smooth, stride=1, padding=smooth//2, count_include_pad=False)
+    res = {}
+    for d in distances:
+        if d >= T: continue
+        # pixel of t+d -> where it was at t
+        fl = homography_flow(traj.c2w[d:], traj.c2w[:-d], traj.K, H, W, traj.z_ref)
+        pos = pixel_grid(H, W) + fl                                                      # [T-d,2,H,W]
+        grid = torch.stack([pos[:, 0]/W*2 - 1, pos[:, 1]/H*2 - 1], -1).float()
+        back = F.grid_sample(fr[:-d], grid, align_corners=False, padding_mode='zeros')
+        ok = (grid.abs() < 1).all(-1)[:, None].expand_as(back)
+        cs = [float(torch.corrcoef(torch.stack([back[t][ok[t]], fr[t+d][ok[t]]]))[0, 1]) for t in range(T - d)]
+        res[d] = float(np.mean(cs))
+    return res
 
 # %% ../nbs/03_warp.ipynb #81b800cb
 def _clamp_integral(y): # antiderivative of clamp(y, 0, 1)
@@ -52,20 +224,23 @@ def quad_area(quads:torch.Tensor) -> torch.Tensor: # [M,4,2]
     x, y = quads[..., 0], quads[..., 1]
     return 0.5*(x*y.roll(-1, 1) - x.roll(-1, 1)*y).sum(-1)
 
-# %% ../nbs/03_warp.ipynb #fa74276e
+# %% ../nbs/03_warp.ipynb #e42fca97
 def corner_quads(corner_flow:torch.Tensor) -> torch.Tensor: # [2,H+1,W+1] forward flow at pixel corners
     "Where each pixel's square goes: `[H*W,4,2]` quads from the flow at its corners."
     H, W = corner_flow.shape[-2] - 1, corner_flow.shape[-1] - 1
-    P = (pixel_grid(H, W, 'corners', corner_flow.dtype, corner_flow.device) + corner_flow).permute(1, 2, 0)  # [H+1,W+1,2]
+    # [H+1,W+1,2]
+    P = (pixel_grid(H, W, 'corners', corner_flow.dtype, corner_flow.device) + corner_flow).permute(1, 2, 0)
     return torch.stack([P[:-1, :-1], P[:-1, 1:], P[1:, 1:], P[1:, :-1]], 2).reshape(H*W, 4, 2)
 
 def check_flow(flow:torch.Tensor, shape:tuple, name:str='flow'):
     "Raise a clear error for a flow of the wrong shape or with NaN/inf."
-    if tuple(flow.shape) != tuple(shape): raise ValueError(f"{name} must have shape {tuple(shape)}, got {tuple(flow.shape)}")
+    if tuple(flow.shape) != tuple(shape):
+        raise ValueError(f"{name} must have shape {tuple(shape)}, got {tuple(flow.shape)}")
     if not torch.isfinite(flow).all():
         bad = (~torch.isfinite(flow)).nonzero()[0].tolist()
         raise ValueError(f"{name} holds NaN or inf (first at index {bad})")
 
+# %% ../nbs/03_warp.ipynb #f4f46c0e
 def integral_warp(noise:torch.Tensor, # [C,H,W] i.i.d. N(0,1)
                   corner_flow:torch.Tensor, # [2,H+1,W+1] forward flow (pixels) at pixel corners
                   generator:torch.Generator|None=None,
@@ -104,7 +279,7 @@ def integral_warp(noise:torch.Tensor, # [C,H,W] i.i.d. N(0,1)
     out = (S + fresh.sqrt()*rand(C, H*W))/(A + fresh).sqrt()
     return out.reshape(C, H, W)
 
-# %% ../nbs/03_warp.ipynb #fb9b257f
+# %% ../nbs/03_warp.ipynb #6d05d0b6
 @dataclass
 class DiscreteState:
     "Go-with-the-Flow state at warp resolution: noise and per-pixel weights."
@@ -120,7 +295,8 @@ def discrete_warp(state:DiscreteState, # noise and weights at warp resolution
     check_flow(flow, (2, H, W))
     P, dt, dev = H*W, state.noise.dtype, state.noise.device
     flow = flow.to(dev)
-    gy, gx = torch.meshgrid(torch.arange(H, dtype=flow.dtype, device=dev), torch.arange(W, dtype=flow.dtype, device=dev),
+    gy, gx = torch.meshgrid(torch.arange(H, dtype=flow.dtype, device=dev),
+                            torch.arange(W, dtype=flow.dtype, device=dev),
                             indexing='ij')
     def index(x, y):
         x, y = x.round().long(), y.round().long()
@@ -157,6 +333,7 @@ def discrete_warp(state:DiscreteState, # noise and weights at warp resolution
     ow = (ow/ow.mean() + 1e-5)**0.9999
     return DiscreteState(out.reshape(C, H, W), ow.reshape(H, W))
 
+# %% ../nbs/03_warp.ipynb #68dc2bae
 def sum_pool(noise:torch.Tensor, s:int) -> torch.Tensor: # [...,C,H*s,W*s]
     "Sum-pool `s x s` blocks and divide by `s` (= sqrt of the block size): N(0,1) in, N(0,1) out."
     return F.avg_pool2d(noise.reshape(-1, *noise.shape[-2:])[:, None], s)[:, 0].reshape(
@@ -174,7 +351,8 @@ def warp_noise(flows, # per-step flows [2,...] (a tensor [T-1,2,...] or any iter
                device=None, # where to compute when noise0 is None (default: CPU)
               ) -> torch.Tensor:
     "Frames `[T',C,H,W]` of noise carried along `flows`, pooled back to the output grid for `discrete`."
-    if method not in ('integral', 'discrete'): raise ValueError(f"method must be 'integral' or 'discrete', got {method!r}")
+    if method not in ('integral', 'discrete'):
+        raise ValueError(f"method must be 'integral' or 'discrete', got {method!r}")
     s = warp_scale if method == 'discrete' else 1
     if noise0 is None:
         if shape is None: raise ValueError("give noise0 or shape=(C, H, W)")
@@ -192,172 +370,6 @@ def warp_noise(flows, # per-step flows [2,...] (a tensor [T-1,2,...] or any iter
         if keep is None or t in keep: out.append(view(state))
     return torch.stack(out)
 
-# %% ../nbs/03_warp.ipynb #0390d6e1
-def frame_stats(frames:torch.Tensor) -> list[dict]: # [T,C,H,W]
-    "Per-frame distribution statistics: mean, std, KS statistic and its 5% critical value, neighbour correlations."
-    from scipy import stats
-    f = frames.double()
-    v = f.flatten(1).sort(1).values                                   # [T,N]
-    n = v.shape[1]
-    cdf = 0.5*(1 + torch.erf(v/math.sqrt(2)))
-    i = torch.arange(1, n + 1, dtype=torch.float64)
-    ks = torch.maximum((i/n - cdf).amax(1), (cdf - (i - 1)/n).amax(1))
-    def corr(a, b):
-        a, b = a.flatten(1) - a.flatten(1).mean(1, keepdim=True), b.flatten(1) - b.flatten(1).mean(1, keepdim=True)
-        return (a*b).sum(1)/(a.norm(dim=1)*b.norm(dim=1))
-    cx, cy = corr(f[..., 1:], f[..., :-1]), corr(f[..., 1:, :], f[..., :-1, :])
-    crit = float(stats.kstwo.ppf(0.95, n))
-    return [dict(mean=float(f[t].mean()), std=float(f[t].std()), ks=float(ks[t]), ks_crit=crit,
-                 corr_x=float(cx[t]), corr_y=float(cy[t])) for t in range(len(f))]
-
-def realised_shift(a:torch.Tensor, b:torch.Tensor, # [C,H,W] consecutive frames
-                   max_lag:int=3) -> tuple[float, float]:
-    "The (dx, dy) by which `b` looks like `a` moved: cross-correlation peak refined by its centroid."
-    a, b = a.double(), b.double()
-    C, H, W = a.shape
-    L = max_lag
-    corr = torch.zeros(2*L + 1, 2*L + 1, dtype=torch.float64)
-    for i, dy in enumerate(range(-L, L + 1)):
-        for j, dx in enumerate(range(-L, L + 1)):
-            sa = a[:, max(0, -dy):H - max(0, dy), max(0, -dx):W - max(0, dx)]
-            sb = b[:, max(0, dy):H - max(0, -dy), max(0, dx):W - max(0, -dx)]
-            corr[i, j] = (sa*sb).mean()
-    i, j = divmod(int(corr.argmax()), 2*L + 1)
-    i, j = min(max(i, 1), 2*L - 1), min(max(j, 1), 2*L - 1)
-    win = corr[i-1:i+2, j-1:j+2].clamp_min(0)
-    lags = torch.arange(-1, 2, dtype=torch.float64)
-    dy = (win.sum(1)*lags).sum()/win.sum() + i - L
-    dx = (win.sum(0)*lags).sum()/win.sum() + j - L
-    return float(dx), float(dy)
-
-def aligned_correlation(frames:torch.Tensor, # [T,C,H,W] noise frames
-                        traj:Trajectory, # poses of exactly those frames, K for (H, W)
-                        distances:list[int]=(1, 2, 4, 8), # frame gaps to measure
-                        smooth:int=1, # box-filter both frames first (1: raw noise)
-                       ) -> dict[int, float]:
-    "Mean correlation of frame t+d with frame t moved along the true flow t -> t+d (bilinear), per gap d."
-    from worldlab.flow import homography_flow
-    T, C, H, W = frames.shape
-    fr = frames.float()
-    if smooth > 1: fr = F.avg_pool2d(fr, smooth, stride=1, padding=smooth//2, count_include_pad=False)
-    res = {}
-    for d in distances:
-        if d >= T: continue
-        fl = homography_flow(traj.c2w[d:], traj.c2w[:-d], traj.K, H, W, traj.z_ref)   # pixel of t+d -> where it was at t
-        pos = pixel_grid(H, W) + fl                                                      # [T-d,2,H,W]
-        grid = torch.stack([pos[:, 0]/W*2 - 1, pos[:, 1]/H*2 - 1], -1).float()
-        back = F.grid_sample(fr[:-d], grid, align_corners=False, padding_mode='zeros')
-        ok = (grid.abs() < 1).all(-1)[:, None].expand_as(back)
-        cs = [float(torch.corrcoef(torch.stack([back[t][ok[t]], fr[t+d][ok[t]]]))[0, 1]) for t in range(T - d)]
-        res[d] = float(np.mean(cs))
-    return res
-
-# %% ../nbs/03_warp.ipynb #f360445e
-def _bridge_split(val:torch.Tensor, # [C,n] integrals of white noise over pieces of area `mass`
-                  share:torch.Tensor, # [n] fraction of each piece that goes to the first part
-                  mass:torch.Tensor|float, # [n] area of each piece (variance of its integral)
-                  generator=None):
-    "Split white-noise integrals into two parts consistently: `(first, second)`, independent, summing to `val`."
-    eps = torch.randn(val.shape, generator=generator, dtype=val.dtype, device=val.device)
-    first = share*val + (share*(1 - share)*mass).sqrt()*eps
-    return first, val - first
-
-def _first_pixel(pos:torch.Tensor, half:torch.Tensor):
-    "Pixel holding the start of `[pos-half, pos+half]` and the share of the interval inside it."
-    left = pos - half
-    j = left.floor()
-    f = ((j + 1 - left)/(2*half)).clamp(0, 1)
-    empty = f <= 0                                                  # starts exactly on a border
-    return torch.where(empty, j + 1, j), torch.where(empty, torch.ones_like(f), f)
-
-def _field_extent(Hinv:torch.Tensor, h:int, w:int):
-    "Pre-images `[T,2,4]` of each frame's corners in the first frame, or a clear error."
-    corners = torch.tensor([[0., 0, 1], [w, 0, 1], [w, h, 1], [0, h, 1]], dtype=Hinv.dtype, device=Hinv.device)
-    pre = Hinv @ corners.T
-    if (pre[:, 2] <= 1e-9).any():
-        t = int((pre[:, 2] <= 1e-9).any(1).nonzero()[0])
-        raise ValueError(f"frame {t} looks beyond the horizon of the first frame's reference plane (the camera turned "
-                         f"too far for one anchor); use method='frame_to_frame' for this trajectory")
-    return pre[:, :2]/pre[:, 2:]
-
-def _footprints(Ht:torch.Tensor, X:torch.Tensor, Y:torch.Tensor, s:int):
-    "Centres `(x, y)` of field cells (X [1,n], Y [m,1]) mapped by `Ht`, and half the size of their images."
-    wq = Ht[2, 0]*X + Ht[2, 1]*Y + Ht[2, 2]
-    xq, yq = (Ht[0, 0]*X + Ht[0, 1]*Y + Ht[0, 2])/wq, (Ht[1, 0]*X + Ht[1, 1]*Y + Ht[1, 2])/wq
-    hx = ((Ht[0, 0] - Ht[2, 0]*xq)/wq).abs()/(2*s)                      # local scale of the map along x
-    hy = ((Ht[1, 1] - Ht[2, 1]*yq)/wq).abs()/(2*s)
-    return xq.reshape(-1), yq.reshape(-1), hx.reshape(-1), hy.reshape(-1)
-
-def _pool_cells(val:torch.Tensor, # [C,n] cell values (area 1, variance 1 each)
-                xq, yq, hx, hy, # [n] mapped centres and half footprints (frame pixels)
-                h:int, w:int, generator=None) -> torch.Tensor:
-    "One frame `[C,h,w]`: cells split by bridges at pixel borders (x, then y), summed per pixel, normalised."
-    C, dt, dev = val.shape[0], val.dtype, val.device
-    jx, fx = _first_pixel(xq, hx); jy, fy = _first_pixel(yq, hy)
-    cut = (fx < 1).nonzero()[:, 0]                                      # cells cut by a column border
-    a, b = _bridge_split(val[:, cut], fx[cut].to(dt), 1.0, generator)
-    val = val.clone(); val[:, cut] = a
-    val = torch.cat([val, b], 1)
-    mass = torch.cat([torch.ones_like(fx).index_put((cut,), fx[cut]), 1 - fx[cut]])
-    jx, jy, fy = torch.cat([jx, jx[cut] + 1]), torch.cat([jy, jy[cut]]), torch.cat([fy, fy[cut]])
-    cut = (fy < 1).nonzero()[:, 0]                                      # pieces cut by a row border
-    a, b = _bridge_split(val[:, cut], fy[cut].to(dt), mass[cut].to(dt), generator)
-    val[:, cut] = a
-    val = torch.cat([val, b], 1)
-    mass = torch.cat([mass.index_put((cut,), mass[cut]*fy[cut]), mass[cut]*(1 - fy[cut])])
-    jx, jy = torch.cat([jx, jx[cut]]), torch.cat([jy, jy[cut] + 1])
-    target = torch.where((jx >= 0) & (jx < w) & (jy >= 0) & (jy < h), jy*w + jx, h*w).long()
-    S = torch.zeros(C, h*w + 1, dtype=dt, device=dev).index_add_(1, target, val)[:, :-1]
-    M = torch.zeros(h*w + 1, dtype=torch.float64, device=dev).index_add_(0, target, mass)[:-1]
-    z = S/M.clamp_min(1e-12).sqrt().to(dt)
-    empty = M < 1e-9                                                    # (cannot happen inside the extent)
-    if empty.any(): z[:, empty] = torch.randn(C, int(empty.sum()), generator=generator, dtype=dt, device=dev)
-    return z.reshape(C, h, w)
-
-def anchored_warp(homographies:torch.Tensor, # [T,3,3] first-frame pixel coords -> frame-t pixel coords
-                  shape:tuple[int,int,int], # (C, h, w) of each frame
-                  subpixel:int=4, # field cells per pixel along each axis
-                  generator:torch.Generator|None=None,
-                  dtype=torch.float32,
-                  device=None,
-                 ) -> torch.Tensor:
-    "Frames `[T,C,h,w]`: one white-noise field integrated over each frame's pixel pre-images."
-    C, h, w = shape
-    s, dev = int(subpixel), homographies.device if device is None else torch.device(device)
-    if s < 1: raise ValueError(f"subpixel must be >= 1, got {subpixel}")
-    Hs = homographies.to(dev, torch.float64)
-    if Hs.ndim != 3 or Hs.shape[1:] != (3, 3): raise ValueError(f"homographies must be [T,3,3], got {tuple(Hs.shape)}")
-    if not torch.isfinite(Hs).all(): raise ValueError("homographies hold NaN or inf")
-    pre = _field_extent(torch.linalg.inv(Hs), h, w)                       # [T,2,4] frame corners in the field
-    x_lo, y_lo = math.floor(min(0., float(pre[:, 0].min()))) - 1, math.floor(min(0., float(pre[:, 1].min()))) - 1
-    x_hi, y_hi = math.ceil(max(w, float(pre[:, 0].max()))) + 1, math.ceil(max(h, float(pre[:, 1].max()))) + 1
-    nx, ny = (x_hi - x_lo)*s, (y_hi - y_lo)*s
-    field = torch.randn(C, ny, nx, generator=generator, dtype=dtype, device=dev)   # each cell: area 1, variance 1
-    xs = x_lo + (torch.arange(nx, dtype=torch.float64, device=dev) + 0.5)/s
-    ys = y_lo + (torch.arange(ny, dtype=torch.float64, device=dev) + 0.5)/s
-    frames = []
-    for t, Ht in enumerate(Hs):                                          # only the cells near this frame's pre-image
-        c0, c1 = max(0, math.floor((float(pre[t, 0].min()) - x_lo)*s) - 1), min(nx, math.ceil((float(pre[t, 0].max()) - x_lo)*s) + 1)
-        r0, r1 = max(0, math.floor((float(pre[t, 1].min()) - y_lo)*s) - 1), min(ny, math.ceil((float(pre[t, 1].max()) - y_lo)*s) + 1)
-        xq, yq, hx, hy = _footprints(Ht, xs[None, c0:c1], ys[r0:r1, None], s)
-        keep = ((xq + hx > 0) & (xq - hx < w) & (yq + hy > 0) & (yq - hy < h)).nonzero()[:, 0]
-        val = field[:, r0:r1, c0:c1].reshape(C, -1)[:, keep]
-        frames.append(_pool_cells(val, xq[keep], yq[keep], hx[keep], hy[keep], h, w, generator))
-    return torch.stack(frames)
-
-# %% ../nbs/03_warp.ipynb #0c0521ae
-def trajectory_homographies(traj:Trajectory, # poses of the frames to warp between
-                            h:int|None=None, w:int|None=None, # pixel grid (default: the trajectory's)
-                           ) -> torch.Tensor:
-    "`[T,3,3]` maps from the first frame's pixels to each frame's, chaining the per-step plane homographies."
-    from worldlab.flow import plane_homography
-    h, w = h or traj.H, w or traj.W
-    tr = traj.resized(h, w)
-    steps = plane_homography(tr.c2w[:-1], tr.c2w[1:], tr.K, tr.z_ref)
-    Hs = [torch.eye(3, dtype=torch.float64)]
-    for Hk in steps: Hs.append(Hk @ Hs[-1])
-    return torch.stack(Hs)
-
 # %% ../nbs/03_warp.ipynb #c1cba2ff
 def mix_fresh(noise:torch.Tensor, # any shape, N(0,1)
               alpha:float, # share of fresh noise (the release's 'degradation'), 0..1
@@ -369,7 +381,7 @@ def mix_fresh(noise:torch.Tensor, # any shape, N(0,1)
     return (alpha*fresh + (1 - alpha)*noise)/math.sqrt(alpha**2 + (1 - alpha)**2)
 
 WARP_METHODS = ('anchored', 'frame_to_frame', 'discrete')   # camera_noise's transports
-WARP_METHOD_ALIASES = {'integral': 'anchored'}                # older name, still in settings.ini presets and recorded runs
+WARP_METHOD_ALIASES = {'integral': 'anchored'}                # older name, still in recorded runs
 
 def camera_noise(traj:Trajectory, # poses for every video frame (4k+1 of them)
                  channels:int=16, temporal:int=4, spatial:int=8, # the VAE's compression
