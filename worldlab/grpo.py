@@ -223,7 +223,8 @@ def rollout(self:Trainer, prompts:list[str], mine:list[int], # the batch's promp
 # %% ../nbs/12_grpo.ipynb #0796d2e9
 def _numeric(v) -> bool:
     "True for per-sample numbers (tensors or lists of numbers): what the metrics table can hold."
-    return torch.is_tensor(v) or (isinstance(v, (list, tuple, np.ndarray)) and all(isinstance(x, (int, float, np.floating, np.integer)) for x in v))
+    number = (int, float, np.floating, np.integer)
+    return torch.is_tensor(v) or (isinstance(v, (list, tuple, np.ndarray)) and all(isinstance(x, number) for x in v))
 
 @patch
 def score(self:Trainer, prompts:list[str], mine:list[int], rolls:list) -> tuple[torch.Tensor, dict, list[str]]:
@@ -330,7 +331,8 @@ def metrics(self:Trainer, phase:str, win:tuple[int, int], rewards:torch.Tensor, 
                 grad_norm=gnorm, window_lo=win[0], window_hi=win[1], **times,
                 **{k: float(np.mean([s[k] for s in stats])) for k in stats[0]},
                 nan_reasons=' | '.join(dict.fromkeys(r for p in parts for r in p['reasons']))[:500],
-                **{f'reward/{k}': float(torch.cat([p['info'][k] for p in parts if k in p['info']]).nanmean()) for k in parts[0]['info']})
+                **{f'reward/{k}': float(torch.cat([p['info'][k] for p in parts if k in p['info']]).nanmean())
+                   for k in parts[0]['info']})
 
 
 # %% ../nbs/12_grpo.ipynb #4bcbf5a0
@@ -394,7 +396,8 @@ def load(self:Trainer, path:str|Path):
     if st['ema'] is not None and self.ema is not None:
         self.ema = [_like(e, p) for e, p in zip(st['ema'], self.params)]
     self.step, self.pos = st['step'], dict(st['pos'])
-    torch.set_rng_state(st['rng']['torch']); np.random.set_state(st['rng']['numpy']); random.setstate(st['rng']['python'])
+    torch.set_rng_state(st['rng']['torch']); np.random.set_state(st['rng']['numpy'])
+    random.setstate(st['rng']['python'])
 
 
 # %% ../nbs/12_grpo.ipynb #1c93893b

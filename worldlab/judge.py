@@ -68,12 +68,15 @@ class OpenAIBackend(JudgeBackend):
                  max_concurrency:int=8, retries:int=3, backoff:float=1.0, timeout:float=300.0,
                  file_urls:bool=False, max_side:int=2048, extra_body:dict|None=None):
         self.base_url, self.model, self.api_key = base_url.rstrip('/'), model, api_key
-        self.max_concurrency, self.retries, self.backoff, self.timeout = max(1, max_concurrency), retries, backoff, timeout
+        self.max_concurrency = max(1, max_concurrency)
+        self.retries, self.backoff, self.timeout = retries, backoff, timeout
         self.file_urls, self.max_side, self.extra_body = file_urls, max_side, extra_body or {}
 
     def _body(self, r:JudgeRequest, max_tokens, temperature, logprobs) -> dict:
-        url = (lambda im: f"file://{Path(im).resolve()}") if self.file_urls else (lambda im: _data_url(im, self.max_side))
-        content = [{'type': 'image_url', 'image_url': {'url': url(im)}} for im in r.images] + [{'type': 'text', 'text': r.text}]
+        if self.file_urls: url = lambda im: f"file://{Path(im).resolve()}"
+        else: url = lambda im: _data_url(im, self.max_side)
+        content = [{'type': 'image_url', 'image_url': {'url': url(im)}} for im in r.images]
+        content.append({'type': 'text', 'text': r.text})
         body = dict(model=self.model, messages=[{'role': 'user', 'content': content}], max_tokens=max_tokens,
                     temperature=temperature, **self.extra_body)
         if logprobs: body |= dict(logprobs=True, top_logprobs=int(logprobs))
@@ -189,7 +192,8 @@ class TransformersBackend(JudgeBackend):
         if logprobs:
             lps = [s[0].float().log_softmax(-1) for s in out.scores]
             reply.tokens = [tok.decode([int(t)]) for t in new]
-            reply.top_logprobs = [{tok.decode([int(i)]): float(v) for v, i in zip(*lp.topk(int(logprobs)))} for lp in lps]
+            top = [zip(*lp.topk(int(logprobs))) for lp in lps]
+            reply.top_logprobs = [{tok.decode([int(i)]): float(v) for v, i in t} for t in top]
         return reply
 
     def generate(self, requests, max_tokens=2048, temperature=0.0, logprobs=None):

@@ -268,10 +268,15 @@ def _release_profile(pred:torch.Tensor, tgt:torch.Tensor) -> tuple[float, dict]:
     if tt < 1e-4: ts = math.exp(-pt/3.0)
     else:
         err = float((pc.double() - tc.double()).norm(dim=-1).mean())
-        ts = 0.4*_cos01(pc.double(), tc.double(), 1e-6) + 0.3*ext(pt, tt) + 0.3*math.exp(-err/(2.0*max(tt/max(len(tc) - 1, 1), 1.0)))
+        step = max(tt/max(len(tc) - 1, 1), 1.0)
+        ts = 0.4*_cos01(pc.double(), tc.double(), 1e-6) + 0.3*ext(pt, tt) + 0.3*math.exp(-err/(2.0*step))
     errs = _geodesic_deg32(tgt[:, :3, :3], pred[:, :3, :3]).double()
-    rs = math.exp(-pr/5.0) if trr < 1e-3 else 0.5*math.exp(-float(errs.mean())/6) + 0.3*math.exp(-float(errs[-1])/6) + 0.2*ext(pr, trr)
-    w = (ts*rs, None) if tt < 1e-4 and trr < 1e-3 else (0.2*ts + 0.8*rs, None) if tt < 1e-4 else (0.8*ts + 0.2*rs, None) if trr < 1e-3 else (0.5*(ts + rs), None)
+    if trr < 1e-3: rs = math.exp(-pr/5.0)
+    else: rs = 0.5*math.exp(-float(errs.mean())/6) + 0.3*math.exp(-float(errs[-1])/6) + 0.2*ext(pr, trr)
+    if tt < 1e-4 and trr < 1e-3: w = (ts*rs, None)
+    elif tt < 1e-4: w = (0.2*ts + 0.8*rs, None)
+    elif trr < 1e-3: w = (0.8*ts + 0.2*rs, None)
+    else: w = (0.5*(ts + rs), None)
     return min(max(w[0], 0.0), 1.0), dict(translation=ts, rotation=rs, t_moved=pt, t_commanded=tt, r_turned=pr,
                                           r_commanded=trr)
 
@@ -284,7 +289,9 @@ def trajectory_score_exact_release(est, # estimated c2w [F,4,4] (its reconstruct
     # numpy float32 algebra, as the release: its rounding decides pans
     import numpy as np
     est, cmd = as_c2w(est), as_c2w(cmd)
-    ainv = lambda A: np.concatenate([np.concatenate([A[..., :3, :3].swapaxes(-1, -2), -A[..., :3, :3].swapaxes(-1, -2) @ A[..., :3, 3:]], -1), A[..., 3:, :]], -2)
+    def ainv(A):
+        Rt = A[..., :3, :3].swapaxes(-1, -2)
+        return np.concatenate([np.concatenate([Rt, -Rt @ A[..., :3, 3:]], -1), A[..., 3:, :]], -2)
     rel = lambda P: np.linalg.inv(P[0]) @ P
     tgt = ainv(np.linalg.inv(release_commanded(cmd, z_ref).numpy()))       # c2w -> w2c (inv) -> c2w (affine), float32
     pred = ainv(np.linalg.inv(est.float().numpy()))
@@ -306,7 +313,7 @@ def trajectory_score(est, cmd, # estimated and commanded camera poses: c2w [F,4,
            ransac:bool|None=None, # None: RANSAC alignment from 6 frames on (the release)
            tau:float=0.1, # paper form: tolerance in radians of view angle (tau*z_ref and degrees(tau))
            static_scale:float=3.0, # release form: a static command scores exp(-moved/static_scale)
-           align:str='worldlab', # release form: worldlab (always aligned) | release (as `trajectory_score_exact_release`)
+           align:str='worldlab', # release form: worldlab (always aligned) | release (`trajectory_score_exact_release`)
           ) -> tuple[float, dict]:
     "Trajectory-following score in [0, 1] and its parts; NaN with `info['reason']` when it cannot score."
     if form not in ('paper', 'release'): raise ValueError(f"unknown S_traj form {form!r}; use 'paper' or 'release'")
@@ -441,7 +448,8 @@ def consistency_table(clips, # {name: (video, rerender)} or [{'video':..., 'rere
                       by:str|list|None=None, # group and average by these columns (e.g. 'model')
                      ) -> pd.DataFrame:
     "PSNR / SSIM / LPIPS per clip (or their means per group), with the LPIPS model's label."
-    rows = ([dict(clip=k, video=v, rerender=r) for k, (v, r) in clips.items()] if isinstance(clips, dict) else list(clips))
+    if isinstance(clips, dict): rows = [dict(clip=k, video=v, rerender=r) for k, (v, r) in clips.items()]
+    else: rows = list(clips)
     lpips_model = load_lpips() if lpips_model is None else lpips_model
     df = pd.DataFrame([{**{k: v for k, v in row.items() if k not in ('video', 'rerender')},
                         **recon_metrics(row['video'], row['rerender'], lpips_model)} for row in rows])

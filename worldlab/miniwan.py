@@ -90,7 +90,8 @@ def build_mini_wan(words:list[str]|None=None, # tokenizer vocabulary (default: c
 
 def count_parameters(pipe) -> dict:
     "Parameters per component, in millions."
-    return {k: sum(p.numel() for p in getattr(pipe, k).parameters())/1e6 for k in ('text_encoder', 'vae', 'transformer')}
+    parts = ('text_encoder', 'vae', 'transformer')
+    return {k: sum(p.numel() for p in getattr(pipe, k).parameters())/1e6 for k in parts}
 
 # %% ../nbs/11b_miniwan.ipynb #934b9616
 def mini_wan_dir() -> Path:
@@ -213,7 +214,8 @@ def vae_batches(clips:Clips, batch:int=4, window:int=9, crop:int=0): # crop: squ
         i = torch.randint(0, len(clips), (batch,), generator=g)
         t = torch.randint(0, clips.frames.shape[1] - window + 1, (batch,), generator=g)
         y = torch.randint(0, H - c + 1, (batch,), generator=g); x = torch.randint(0, W - c + 1, (batch,), generator=g)
-        return to_vae(torch.stack([clips.frames[a, b:b + window, r:r + c, s:s + c] for a, b, r, s in zip(*(v.tolist() for v in (i, t, y, x)))]))
+        where = zip(*(v.tolist() for v in (i, t, y, x)))
+        return to_vae(torch.stack([clips.frames[a, b:b + window, r:r + c, s:s + c] for a, b, r, s in where]))
     return fn
 
 @torch.no_grad()
@@ -284,7 +286,8 @@ def set_latent_stats(vae, latents:torch.Tensor) -> tuple[torch.Tensor, torch.Ten
 def normalise(vae, latents:torch.Tensor) -> torch.Tensor:
     "Latents in the diffusion model's units: `(z − mean) / std` per channel."
     c = vae.config
-    return (latents - torch.tensor(c.latents_mean).view(1, -1, 1, 1, 1))/torch.tensor(c.latents_std).view(1, -1, 1, 1, 1)
+    mean, std = (torch.tensor(v).view(1, -1, 1, 1, 1) for v in (c.latents_mean, c.latents_std))
+    return (latents - mean)/std
 
 # %% ../nbs/11b_miniwan.ipynb #5b8a3fe5
 def initial_latents(policy, prompts:list[str], seeds:list[int], num_frames:int=17, H:int=64, W:int=64,
@@ -309,7 +312,8 @@ def generate(policy, prompts:list[str], seeds:list[int], num_frames:int=17, H:in
     for i in range(0, len(prompts), batch):
         emb = policy.encode(prompts[i:i + batch])
         neg = policy.encode(['']*len(emb)) if guidance != 1 else None
-        out.append(sample(policy, emb, x0[i:i + batch].to(policy.device), num_steps, guidance, neg, noise_level=0.0).video.cpu())
+        x = x0[i:i + batch].to(policy.device)
+        out.append(sample(policy, emb, x, num_steps, guidance, neg, noise_level=0.0).video.cpu())
     return torch.cat(out)
 
 def video_grid(videos:torch.Tensor, frames:int=5) -> np.ndarray: # [B,F,3,H,W] in [0,1]
@@ -319,7 +323,8 @@ def video_grid(videos:torch.Tensor, frames:int=5) -> np.ndarray: # [B,F,3,H,W] i
     return np.concatenate([np.concatenate(list(row), 1) for row in v], 0)
 
 # %% ../nbs/11b_miniwan.ipynb #a7d48428
-DENOISING_LABEL = "R_gen stand-in: base mini-Wan denoising likelihood (procedural domain; not HPSv3, not a human preference)"
+DENOISING_LABEL = ("R_gen stand-in: base mini-Wan denoising likelihood "
+                   "(procedural domain; not HPSv3, not a human preference)")
 
 def _has_adapter(transformer) -> bool: return bool(getattr(transformer, '_hf_peft_config_loaded', False))
 
@@ -338,7 +343,8 @@ def denoising_quality(policy, sigmas=(0.3, 0.5, 0.7), # noise levels to test the
                 emb = policy.encode(list(prompts[i:i + batch]))
                 err = torch.zeros(len(v))
                 for k, s in enumerate(sigmas):
-                    noise = torch.randn(x0.shape[1:], generator=torch.Generator().manual_seed(seed + k)).expand_as(x0).to(x0)
+                    g = torch.Generator().manual_seed(seed + k)
+                    noise = torch.randn(x0.shape[1:], generator=g).expand_as(x0).to(x0)
                     xt = (1 - s)*x0 + s*noise
                     pred = policy.velocity(xt, torch.tensor(s*1000.0), emb)
                     err += (pred - (noise - x0)).pow(2).flatten(1).mean(1).cpu()

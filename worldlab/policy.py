@@ -52,13 +52,14 @@ class WanPolicy:
     def __init__(self, pipe, device='cpu', dtype=torch.float32, max_sequence_length:int=512):
         self.pipe, self.device, self.dtype, self.max_len = pipe, torch.device(device), dtype, max_sequence_length
         pipe.text_encoder.requires_grad_(False); pipe.vae.requires_grad_(False)
-        pipe.transformer.to(self.device, dtype); pipe.text_encoder.to(self.device, dtype); pipe.vae.to(self.device, torch.float32)
+        pipe.transformer.to(self.device, dtype); pipe.text_encoder.to(self.device, dtype)
+        pipe.vae.to(self.device, torch.float32)
         self._cache = {}
 
     @classmethod
     def from_pretrained(cls, path:str|Path, # a Diffusers-format Wan2.1 T2V checkpoint (hub id or local folder)
                         device='auto', dtype='auto',
-                        max_sequence_length:int|None=None, # caption tokens (default: the tokenizer's, at most Wan's 512)
+                        max_sequence_length:int|None=None, # caption tokens (default: tokenizer's, at most 512)
                        ) -> WanPolicy:
         "Load Wan2.1-T2V (1.3B or 14B, Diffusers format) or a saved tiny twin."
         from diffusers import WanPipeline
@@ -66,7 +67,8 @@ class WanPolicy:
         try: pipe = WanPipeline.from_pretrained(str(path), torch_dtype=dt)
         except (OSError, ValueError) as e:
             raise OSError(f"cannot load a Wan pipeline from {path!r}: download it first (huggingface-cli download "
-                          f"Wan-AI/Wan2.1-T2V-1.3B-Diffusers --local-dir DIR) and pass DIR, or use tiny_wan() ({e})") from e
+                          f"Wan-AI/Wan2.1-T2V-1.3B-Diffusers --local-dir DIR) and pass DIR, "
+                          f"or use tiny_wan() ({e})") from e
         return cls(pipe, dev, dt, max_sequence_length or min(512, pipe.tokenizer.model_max_length))
 
     @classmethod

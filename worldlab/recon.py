@@ -299,7 +299,8 @@ def fit_gaussians(frames, # uint8 [F,H,W,3] or float [F,3,H,W]
     if (bad := _optimise(video, K, c2w0, origin, dirs, p, R0, z_ref, bounds, cfg, prior)) is not None:
         return failed('fit', f"diverged: non-finite loss or parameters at step {bad}", n, H, W, time.time() - t0)
     with torch.no_grad():
-        g, c2w = _scene(origin, dirs, p, R0).detach(), corrected_poses(c2w0, p['rot'], p['trans'], *bounds, z_ref).double()
+        g = _scene(origin, dirs, p, R0).detach()
+        c2w = corrected_poses(c2w0, p['rot'], p['trans'], *bounds, z_ref).double()
         rec = Reconstruction(g, c2w, K.double().expand(n, 3, 3).clone(), H, W, torch.zeros(n), 'fit',
                              background=cfg.background,
                              info=dict(baseline=_baseline(c2w0)/z_ref, steps=cfg.coarse_steps + cfg.fine_steps))
@@ -362,7 +363,8 @@ def align_camera(points:torch.Tensor, colors:torch.Tensor, # [N,3] each: key-fra
         w = (huber/r.abs().clamp_min(huber)*valid[:, None]).reshape(-1).double()     # IRLS weights of the Huber loss
         Jd, rd = J.reshape(-1, 6).double(), r.reshape(-1).double()
         A, b = Jd.T @ (w[:, None]*Jd), Jd.T @ (w*rd)
-        trial = c2w @ pose_step(-torch.linalg.solve(A + lam*torch.diag(A.diagonal()) + 1e-12*torch.eye(6, dtype=A.dtype), b))
+        damped = A + lam*torch.diag(A.diagonal()) + 1e-12*torch.eye(6, dtype=A.dtype)
+        trial = c2w @ pose_step(-torch.linalg.solve(damped, b))
         r2, valid2, J2 = photometric_residuals(points, colors, image, K, trial)
         # compare on the points both cameras see: leaving the view is free
         both = valid & valid2
@@ -424,7 +426,8 @@ def add_tracking(rec:Reconstruction, frames, cfg:FitConfig|None=None) -> Reconst
 DA3_DEFAULT = 'depth-anything/DA3NESTED-GIANT-LARGE'
 DA3_GS_MODELS = ('depth-anything/DA3NESTED-GIANT-LARGE-1.1', 'depth-anything/DA3NESTED-GIANT-LARGE',
                  'depth-anything/DA3-GIANT-1.1', 'depth-anything/DA3-GIANT')   # the checkpoints with a Gaussian head
-DA3_INSTALL = "pip install 'worldlab[da3]' in its own virtual environment (depth-anything-3 pins numpy<2 and moviepy==1.0.3)"
+DA3_INSTALL = ("pip install 'worldlab[da3]' in its own virtual environment "
+               "(depth-anything-3 pins numpy<2 and moviepy==1.0.3)")
 
 def check_da3_model(model:str):
     "Raise unless `model` (hub name or local folder) is a DA3 checkpoint that predicts Gaussians."

@@ -37,7 +37,8 @@ def sde_step(v:torch.Tensor, x:torch.Tensor, # velocity and latents [B,...]
     std = s*math.sqrt(-dt)
     dims = tuple(range(1, x.ndim))
     if std == 0:
-        return (mean if next_sample is None else next_sample), torch.zeros(x.shape[0], dtype=x.dtype, device=x.device), mean, std
+        zero = torch.zeros(x.shape[0], dtype=x.dtype, device=x.device)
+        return (mean if next_sample is None else next_sample), zero, mean, std
     const = math.log(std) + 0.5*math.log(2*math.pi)
     if next_sample is None:                            # drawn here: (x_next - mean)/std is the noise itself
         eps = torch.randn(x.shape, generator=generator, dtype=x.dtype, device=x.device)
@@ -57,7 +58,8 @@ def release_step(v:torch.Tensor, x:torch.Tensor, # velocity and latents [B,...]
     dt = sigma_next - sigma
     std = release_std(sigma, sigma_max, sigma_min)*math.sqrt(-dt)
     mean = x.float() + dt*v.float()
-    lp = -(next_sample.detach().float() - mean)**2/(2*(std**2 + 1e-12)) - math.log(std + 1e-12) - 0.5*math.log(2*math.pi)
+    lp = (-(next_sample.detach().float() - mean)**2/(2*(std**2 + 1e-12))
+          - math.log(std + 1e-12) - 0.5*math.log(2*math.pi))
     return lp.mean(dim=tuple(range(1, x.ndim))), mean, std
 
 # %% ../nbs/11a_sampler.ipynb #49fa0a83
@@ -116,7 +118,7 @@ def sample(policy, emb:torch.Tensor, x0:torch.Tensor, # policy; prompt embedding
            window:tuple[int, int]|None=None, # [start, end) of SDE steps (None: all)
            inject=None, # inject(latents, step) -> latents, after each step
            generator:torch.Generator|None=None, decode:bool=True,
-           form:str='flow_grpo', # flow_grpo: SDE steps in the window | release: World-R1's UniPC rollout (`release_sample`)
+           form:str='flow_grpo', # flow_grpo: SDE steps in the window | release: UniPC rollout (`release_sample`)
           ) -> Rollout:
     "Sample latents (ODE outside the SDE window) and keep the SDE transitions."
     if form == 'release': return release_sample(policy, emb, x0, num_steps, guidance, neg, window, inject, decode)

@@ -147,7 +147,8 @@ def write_sample(trainer:Trainer, prompt:str, path:Path):
 def plot_training(hist:pd.DataFrame):
     "Plotly curves of the reward, its components, advantages, KL, clip fraction and zero-std ratio."
     import plotly.express as px
-    cols = [c for c in hist if c in ('reward_mean', 'adv_abs_mean', 'kl', 'clip_frac', 'zero_std_ratio', 'policy_loss') or c.startswith('reward/')]
+    main = ('reward_mean', 'adv_abs_mean', 'kl', 'clip_frac', 'zero_std_ratio', 'policy_loss')
+    cols = [c for c in hist if c in main or c.startswith('reward/')]
     fig = px.line(hist.melt(id_vars=['step', 'phase'], value_vars=cols), x='step', y='value', facet_col='variable',
                   facet_col_wrap=3, markers=True, hover_data=['phase'], title='GRPO training')
     return fig.update_yaxes(matches=None)

@@ -44,7 +44,8 @@ def action_guide(label:str) -> str:
                                 ('turning left or right', ('YawLeft', 'YawRight')),
                                 ('tilting up or down', ('PitchUp', 'PitchDown')))
               if not set(keys) & set(atoms)]
-    return seen + ('; all of these at once' if len(atoms) > 1 else '') + (f"; and no {', no '.join(banned)}" if banned else '')
+    both = '; all of these at once' if len(atoms) > 1 else ''
+    return seen + both + (f"; and no {', no '.join(banned)}" if banned else '')
 
 
 # %% ../nbs/10a_verdicts.ipynb #d7f7eb5d
@@ -117,7 +118,8 @@ def validate_payload(p:dict) -> str|None:
     if not isinstance(ac, dict): return "action_control must be an object"
     acts = ac.get('actions')
     if not isinstance(acts, list) or len(acts) != 4:
-        return f"action_control.actions must hold 4 items, got {len(acts) if isinstance(acts, list) else type(acts).__name__}"
+        got = len(acts) if isinstance(acts, list) else type(acts).__name__
+        return f"action_control.actions must hold 4 items, got {got}"
     for i, a in enumerate(acts, 1):
         if not isinstance(a, dict): return f"action_control.actions[{i - 1}] must be an object"
         if a.get('action_id') != i:
@@ -154,7 +156,8 @@ def _recover(t:str) -> ChunkVerdict|None:
     acts = re.findall(_W, ac)[:4]
     ov = re.search(_OW, ac)
     vq = t[i_vq:] if i_vq >= 0 else ''
-    crit = {k: (m.group(1) if (m := re.search(rf'"{k}"\s*:\s*\{{[^{{}}]*?{_W}', vq, re.S)) else None) for k in VISUAL_CRITERIA}
+    found = {k: re.search(rf'"{k}"\s*:\s*\{{[^{{}}]*?{_W}', vq, re.S) for k in VISUAL_CRITERIA}
+    crit = {k: (m.group(1) if m else None) for k, m in found.items()}
     vo = re.search(_OW, vq)
     v = ChunkVerdict(acts + [None]*(4 - len(acts)), ov.group(1) if ov else None, crit['temporal_consistency'],
                      crit['dynamic_generation_quality'], crit['artifacts_and_structure_integrity'],
@@ -234,7 +237,8 @@ def judge_chunks(records:list[dict], # chunk records from `render_pairs` / `rend
     attempts = Counter()
     for round_ in range(retries + 1):
         if not pending: break
-        reqs = [JudgeRequest([folder(r)/n for n in IMAGE_NAMES], chunk_prompt(r['caption'], r['action_texts'])) for r in pending]
+        reqs = [JudgeRequest([folder(r)/n for n in IMAGE_NAMES], chunk_prompt(r['caption'], r['action_texts']))
+                for r in pending]
         replies = judge.generate(reqs, max_tokens=max_tokens, logprobs=logprobs)
         still = []
         for r, rep in zip(pending, replies):
@@ -300,7 +304,8 @@ def score_bench(labels:dict[str, dict], # pair_id -> {'label': {axis: left/right
             truth = {i: (labels[i].get('label') or {}).get(a) for i in ids}   # null or absent: not labelled, left out
             for suffix, keep in (('', lambda i: True), (' (non-tie)', lambda i: truth[i] != 'tie')):
                 sel = [i for i in ids if truth[i] in ('left', 'right', 'tie') and keep(i)]
-                row[a + suffix] = round(100*sum(predictions[i].get(a) == truth[i] for i in sel)/len(sel), 2) if sel else '--'
+                hits = sum(predictions[i].get(a) == truth[i] for i in sel)
+                row[a + suffix] = round(100*hits/len(sel), 2) if sel else '--'
         rows.append(row)
     scored = [i for i in labels if i in predictions]
     add('all', scored)
@@ -360,7 +365,8 @@ def win_rate_reward(judge, # a JudgeBackend
                 verdict = vote([ChunkVerdict(**r['verdict']) for r in ok])
                 for axis, sk, acc in (('action', 'soft_action', o_act), ('appearance', 'soft_visual', o_vis)):
                     softs = [r[sk] for r in ok if r[sk] is not None]
-                    s = (float(np.mean(softs)) if soft and softs else {'left': 1.0, 'right': 0.0, 'tie': 0.5}.get(verdict[axis]))
+                    hard = {'left': 1.0, 'right': 0.0, 'tie': 0.5}.get(verdict[axis])
+                    s = float(np.mean(softs)) if soft and softs else hard
                     acc.append((i, j, s))
                 for x in (i, j):
                     info['judged_pairs'][members[x]] += bool(ok); info['failed_pairs'][members[x]] += not ok
