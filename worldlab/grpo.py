@@ -80,11 +80,11 @@ def kl_to_reference(mean:torch.Tensor, mean_ref:torch.Tensor, std:float) -> torc
 # %% ../nbs/12_grpo.ipynb #e3748d51
 @dataclass
 class PeriodicSchedule:
-    "Which phase a step is in, and its reward weights."
-    main_steps:int = 100
-    dynamic_steps:int = 50
-    main_rewards:dict = field(default_factory=lambda: {'reward_3d': 1.0, 'reward_general': 1.0})
-    dynamic_rewards:dict = field(default_factory=lambda: {'reward_3d': 0.0, 'reward_general': 1.0})
+    "Which phase a step is in, and its reward weights (the trainer fills it from its `TrainConfig`: no defaults here)."
+    main_steps:int
+    dynamic_steps:int
+    main_rewards:dict
+    dynamic_rewards:dict
 
     def phase(self, step:int) -> str:
         if self.dynamic_steps <= 0: return 'main'
