@@ -18,9 +18,20 @@ def modules():
     return out
 
 
+def generated_lines(p:Path):
+    "Numbers of the lines nbdev writes itself: the `__all__ = [...]` block, and `__init__.py`'s docstring line."
+    lines, out, inside = p.read_text().splitlines(), set(), False
+    for i, l in enumerate(lines, 1):
+        if l.startswith('__all__ = ['): inside = True
+        if inside: out.add(i)
+        if inside and l.rstrip().endswith(']'): inside = False
+    if p.name == '__init__.py': out.add(1)  # nbdev writes this docstring from pyproject.toml's description
+    return out
+
+
 def test_library_lines_are_within_the_limit():
     long = [f"{p.name}:{i}: {len(l)} chars" for p in sorted((ROOT/'worldlab').glob('*.py')) if p.name != '_modidx.py'
-            for i, l in enumerate(p.read_text().splitlines(), 1) if len(l) > LIMIT]
+            for i, l in enumerate(p.read_text().splitlines(), 1) if len(l) > LIMIT and i not in generated_lines(p)]
     assert not long, f"{len(long)} lines over {LIMIT} characters (wrap them in the notebooks' export cells):\n" + '\n'.join(long[:40])
 
 

@@ -135,7 +135,8 @@ TRAJECTORY_KEYS = tuple(f.name for f in fields(Trajectory))   # what trajectory_
 
 def trajectory_to_dict(t:Trajectory) -> dict:
     "Every field of a trajectory, JSON-able (tensors as nested lists)."
-    return {k: (v.tolist() if torch.is_tensor(v) else list(v) if isinstance(v, list) else v) for k, v in ((k, getattr(t, k)) for k in TRAJECTORY_KEYS)}
+    return {k: (v.tolist() if torch.is_tensor(v) else list(v) if isinstance(v, list) else v)
+            for k, v in ((k, getattr(t, k)) for k in TRAJECTORY_KEYS)}
 
 def trajectory_from_dict(d:dict) -> Trajectory:
     "The trajectory of a `trajectory_to_dict` (other keys are ignored; a missing optional field gets its default)."
@@ -171,7 +172,7 @@ def compose(motions:list[Motion], # one per segment
 # %% ../nbs/01_camera.ipynb #81b292cd
 def segment_poses(m:Motion, n:int, # the segment's motion and its steps
                   z_ref:float=1.0, orbit:str='ahead') -> torch.Tensor:
-    "The `n+1` poses `[n+1,4,4]` of one segment from the identity; `orbit='release'` puts an orbit's centre behind the camera."
+    "The `n+1` poses `[n+1,4,4]` of a segment from the identity; `orbit='release'`: orbit centre behind the camera."
     if orbit == 'release' and m.pivot:
         # the release's arc angle (> 0: orbit left)
         a = torch.deg2rad(-m.yaw*torch.arange(n + 1, dtype=torch.float64)/n)
@@ -216,7 +217,8 @@ def chain_trajectory(names:list[str]|str, # primitive names, in order (or one na
     if expand_composites: keys = [k2 for k in keys for k2 in COMPOSITES.get(k, (k,))]
     motions = [primitive_motion(k, strength) for k in keys]
     if timing not in ('even', 'release') or orbit not in ('ahead', 'release'):
-        raise ValueError(f"timing must be 'even' or 'release' and orbit 'ahead' or 'release'; got {timing!r}, {orbit!r}")
+        raise ValueError(f"timing must be 'even' or 'release' and orbit 'ahead' or 'release'; "
+                         f"got {timing!r}, {orbit!r}")
     if timing == 'release' or orbit == 'release':
         c2w, labels = _release_chain(keys, motions, num_frames, z_ref, timing, orbit)
         return Trajectory(c2w, intrinsics(H, W, focal_factor), H, W, labels, keys, prompt, z_ref, note)

@@ -19,50 +19,50 @@ __all__ = ['TrainConfig', 'RunConfig', 'field_types', 'check_value', 'split', 'f
 @dataclass
 class TrainConfig:
     "What the GRPO algorithm does: World-R1's training configuration by default, at a laptop's video size."
-    height:int = 32; width:int = 32; num_frames:int = 9          # video size (frames 4k+1); the presets set the paper's
-    num_steps:int = 6                                            # denoising steps per sample
-    guidance_scale:float = 1.0                                   # classifier-free guidance (1: off)
-    group_size:int = 4                                           # G: videos per prompt
-    prompts_per_batch:int = 2                                    # prompts per GRPO step (global, all processes)
-    noise_level:float = 0.7                                      # SDE noise level (Flow-GRPO's a)
-    sde_window:int = 0                                           # SDE steps per sample (0: the whole schedule)
-    timestep_fraction:float = 0.49                               # share of the window's steps trained on
+    height:int = 32; width:int = 32; num_frames:int = 9  # video size (frames 4k+1); the presets set the paper's
+    num_steps:int = 6                            # denoising steps per sample
+    guidance_scale:float = 1.0                   # classifier-free guidance (1: off)
+    group_size:int = 4                           # G: videos per prompt
+    prompts_per_batch:int = 2                    # prompts per GRPO step (global, all processes)
+    noise_level:float = 0.7                      # SDE noise level (Flow-GRPO's a)
+    sde_window:int = 0                           # SDE steps per sample (0: the whole schedule)
+    timestep_fraction:float = 0.49               # share of the window's steps trained on
     learning_rate:float = 1e-4
-    beta:float = 0.004                                           # KL weight
+    beta:float = 0.004                           # KL weight
     clip_range:float = 1e-3
     adv_clip_max:float = 5.0
     per_prompt_stat_tracking:bool = True
-    adv_ddof:int = 1                                             # group std: 1 unbiased | 0 population (both releases)
-    adv_mean:str = 'group'                                       # group | batch (the release without per-prompt tracking)
-    zero_std:str = 'mask'                                        # mask: zero-std groups out of loss and KL | keep (release)
-    sde_form:str = 'flow_grpo'                                   # flow_grpo SDE | release: UniPC rollouts scored about an Euler mean
-    timestep_rounding:str = 'round'                              # trained steps = round | floor (release) of fraction x window
-    chain_timing:str = 'even'                                    # camera chains: even | release (ceil(F/n) frames a segment)
-    orbit_centre:str = 'ahead'                                   # orbits: ahead (about the subject) | release (centre behind)
+    adv_ddof:int = 1                             # group std: 1 unbiased | 0 population (both releases)
+    adv_mean:str = 'group'                       # group | batch (the release without per-prompt tracking)
+    zero_std:str = 'mask'                        # mask: zero-std groups out of loss and KL | keep (release)
+    sde_form:str = 'flow_grpo'                   # flow_grpo SDE | release: UniPC rollouts scored about an Euler mean
+    timestep_rounding:str = 'round'              # trained steps = round | floor (release) of fraction x window
+    chain_timing:str = 'even'                    # camera chains: even | release (ceil(F/n) frames a segment)
+    orbit_centre:str = 'ahead'                   # orbits: ahead (about the subject) | release (centre behind)
     max_grad_norm:float = 1.0
     lora_rank:int = 32; lora_alpha:int = 64
-    lora_targets:tuple = ('to_q', 'to_k', 'to_v', 'to_out.0')      # transformer modules that get the adapter (also "to_q,to_v")
-    ema:float = 0.9                                              # EMA decay of the adapter (0: off)
-    injection:str = 'stepwise_delta'                             # init (paper text) | stepwise_delta (release) | none
-    wrap_strength:float = 0.35                                   # stepwise_delta: strength of the warped delta
-    delta_steps:int = 8                                          # stepwise_delta: denoising steps that receive it
-    delta_kernel:int = 9                                         # stepwise_delta: box low-pass size on the latent grid
-    noise_degradation:float = 0.35                               # share of fresh noise mixed in after warping (variance kept)
-    warp_method:str = 'anchored'                                 # noise transport: anchored | frame_to_frame | discrete (release)
-    main_steps:int = 100; dynamic_steps:int = 50                 # periodic decoupling: main steps, then dynamic-subset steps
+    lora_targets:tuple = ('to_q', 'to_k', 'to_v', 'to_out.0')  # transformer modules given the adapter (or "to_q,to_v")
+    ema:float = 0.9                              # EMA decay of the adapter (0: off)
+    injection:str = 'stepwise_delta'             # init (paper text) | stepwise_delta (release) | none
+    wrap_strength:float = 0.35                   # stepwise_delta: strength of the warped delta
+    delta_steps:int = 8                          # stepwise_delta: denoising steps that receive it
+    delta_kernel:int = 9                         # stepwise_delta: box low-pass size on the latent grid
+    noise_degradation:float = 0.35               # share of fresh noise mixed in after warping (variance kept)
+    warp_method:str = 'anchored'                 # noise transport: anchored | frame_to_frame | discrete (release)
+    main_steps:int = 100; dynamic_steps:int = 50  # periodic decoupling: main steps, then dynamic-subset steps
     reward_weights:dict = field(default_factory=lambda: {'reward_3d': 1.0, 'reward_general': 1.0})
-    dynamic_reward_weights:dict|None = None                      # default: main weights with reward_3d set to 0
-    fsdp:bool = False                                            # shard the transformer (FSDP2) over the processes (14B)
+    dynamic_reward_weights:dict|None = None      # default: main weights with reward_3d set to 0
+    fsdp:bool = False                            # shard the transformer (FSDP2) over the processes (14B)
     seed:int = 42
 
 # %% ../nbs/00a_config.ipynb #b3198959
 @dataclass
 class RunConfig:
     "What a training run uses, beside the algorithm's `TrainConfig`: the model, prompts, rewards, length and saving."
-    model:str = 'tiny'               # tiny (built offline), mini (the shipped mini-Wan) or a Diffusers-format Wan2.1 T2V folder / hub id
+    model:str = 'tiny'               # tiny (built offline), mini (shipped mini-Wan), Diffusers Wan2.1 T2V folder/hub id
     device:str = 'cpu'
     dtype:str = 'fp32'
-    prompts:str = 'final'            # World-R1 prompt set variant (final or enhanced), mini (corpus-style captions), or a .txt file
+    prompts:str = 'final'            # World-R1 prompt set (final, enhanced), mini (corpus captions), or a .txt file
     dynamic_subset:int = 0           # prompts kept in the dynamic subset (0: all of the set's dynamic prompts)
     steps:int = 3                    # GRPO steps in total (a resumed run continues up to it)
     checkpoint_every:int = 1
@@ -70,9 +70,9 @@ class RunConfig:
     reward_url:str = ''              # a worldlab-rewards service for the weighted rewards ('' : in process)
     recon:str = 'fit'                # in-process 3D reward: reconstruction backend (fit on CPU, da3 on GPU)
     lpips:str = 'imagenet'           # in-process S_recon: LPIPS trunk (random only for plumbing runs, labelled)
-    rgen:str = ''                    # in-process R_gen: hpsv3, hpsv2 (the release's), standin, or mini (base mini-Wan's denoising likelihood) ('' : not available)
-    recon_opts:dict = field(default_factory=dict)   # in-process 3D reward: options of recon.reconstruct (FitConfig fields, depth_prior)
-    r3d_parts:dict = field(default_factory=dict)    # R_3D's components and weights ({}: World-R1's s_meta + s_recon + s_traj)
+    rgen:str = ''                    # in-process R_gen: hpsv3, hpsv2 (release), standin, mini (base likelihood), ''=off
+    recon_opts:dict = field(default_factory=dict)  # in-process 3D: reconstruct() options: FitConfig fields, depth_prior
+    r3d_parts:dict = field(default_factory=dict)  # R_3D's parts and weights ({}: World-R1's s_meta + s_recon + s_traj)
     judge_url:str = ''               # in-process S_meta: an OpenAI-compatible VLM endpoint ('' : S_meta cannot score)
     reward_form:str = 'worldlab'     # in-process 3D reward and R_gen: worldlab, or release (the released reward's math)
 
@@ -111,13 +111,14 @@ def check_value(key:str, value, # a setting's name and a value for it
 def split(params:dict, # TrainConfig and RunConfig fields (the rest keep their defaults)
           where:str='', # where the values came from, for messages
          ) -> tuple[TrainConfig, RunConfig]:
-    "Both configs from one flat dict: the dataclass defaults, then `params`, each value checked; unknown keys are an error."
+    "Both configs from one flat dict: the defaults, then `params`, each value checked; unknown keys are an error."
     types_ = field_types()
     unknown = sorted(set(params) - set(types_))
     if unknown: raise ValueError(f"{where}unknown training parameter(s) {unknown}; valid: {', '.join(types_)}")
     v = {k: check_value(k, x, where) for k, x in params.items()}
     tc = {f.name for f in fields(TrainConfig)}
-    return TrainConfig(**{k: x for k, x in v.items() if k in tc}), RunConfig(**{k: x for k, x in v.items() if k not in tc})
+    return (TrainConfig(**{k: x for k, x in v.items() if k in tc}),
+            RunConfig(**{k: x for k, x in v.items() if k not in tc}))
 
 def flat(tc:TrainConfig, rc:RunConfig) -> dict:
     "The two configs as one flat dict (what `split` takes back)."

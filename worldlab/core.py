@@ -5,7 +5,8 @@ device and dtype, video files, run folders, and figures saved as HTML and PNG.""
 
 # %% ../nbs/00_core.ipynb #440b570f
 from __future__ import annotations
-import atexit, configparser, json, math, os, random, re, secrets, shutil, sys, tempfile, time, urllib.error, urllib.request
+import atexit, configparser, json, math, os, random, re, secrets, shutil, sys, tempfile, time, \
+    urllib.error, urllib.request
 from dataclasses import dataclass, field
 from fractions import Fraction
 from pathlib import Path
@@ -70,7 +71,7 @@ def _key_line(path:Path, section:str, key:str) -> int|None:
 
 def load_presets(path:str|Path|None=None, # an INI file (default: the project's settings.ini)
                 ) -> dict[str, dict]:
-    "Every preset in `path` as `{name: {key: typed value}}`: `[DEFAULT]`, then the preset it `inherit`s from, then its own keys."
+    "Presets in `path` as `{name: {key: typed value}}`: `[DEFAULT]`, then the preset it `inherit`s, then its own keys."
     path = Path(path) if path is not None else (project_root() or Path.cwd())/'settings.ini'
     if not path.exists(): raise FileNotFoundError(f"No presets file at {path}: pass the path to a settings.ini")
     # [DEFAULT] as a plain section
@@ -87,8 +88,8 @@ def load_presets(path:str|Path|None=None, # an INI file (default: the project's 
         if sec in chain: raise ValueError(f"{path}: presets inherit in a circle: {' -> '.join(chain + (sec,))}")
         parent = own[sec].get('inherit')
         if parent is not None and parent not in own:
-            raise ValueError(f"{path}:{_key_line(path, sec, 'inherit')}: [{sec}] inherits from {parent!r}, which is not a preset; "
-                             f"available: {', '.join(own)}")
+            raise ValueError(f"{path}:{_key_line(path, sec, 'inherit')}: [{sec}] inherits from {parent!r}, "
+                             f"which is not a preset; available: {', '.join(own)}")
         base = resolve(parent, chain + (sec,)) if parent else {k: typed('DEFAULT', k, v) for k, v in defaults.items()}
         return base | {k: typed(sec, k, v) for k, v in own[sec].items() if k != 'inherit'}
     return {sec: resolve(sec) for sec in own}
@@ -146,7 +147,7 @@ def to_float(video, # uint8 [...,H,W,3] (numpy or torch) or float [...,3,H,W] in
              name:str='video', # what to call it in errors
              ndim:int|None=None, # axes required, e.g. 4 for one video [F,3,H,W] (default: any, at least 3)
             ) -> torch.Tensor:
-    "Frames as float32 `[...,3,H,W]` in [0,1]: uint8 `[...,H,W,3]` is divided by 255, float `[...,3,H,W]` passes through."
+    "Frames as float32 `[...,3,H,W]` in [0,1]: uint8 `[...,H,W,3]` divided by 255, float `[...,3,H,W]` as it is."
     import torch
     if isinstance(video, np.ndarray):
         a = np.ascontiguousarray(video)
@@ -171,7 +172,7 @@ def to_uint8(video:torch.Tensor) -> np.ndarray: # float [...,F,3,H,W] in [0,1]
     v = torch.as_tensor(video).detach().float().clamp(0, 1).mul(255).round().to(torch.uint8)
     return v.movedim(-3, -1).cpu().numpy()
 
-def psnr(a:torch.Tensor, b:torch.Tensor) -> torch.Tensor: # float [N,...] each in [0,1]: frames [F,3,H,W] or clips [N,F,3,H,W]
+def psnr(a:torch.Tensor, b:torch.Tensor) -> torch.Tensor: # float [N,...] in [0,1]: frames [F,3,H,W], clips [N,F,3,H,W]
     "PSNR in dB of each item along the first axis `[N]` (MSE over the rest, floored at 1e-10: at most 100 dB)."
     import torch
     for x, n in ((a, 'a'), (b, 'b')):
@@ -291,7 +292,8 @@ def post_json(url:str, body:dict, headers:dict|None=None, # extra headers (Conte
     raise RequestFailed(f"{err} (after {attempt + 1} attempts)")
 
 # %% ../nbs/00_core.ipynb #48c318a6
-_COLORWAY = ('#636efa', '#EF553B', '#00cc96', '#ab63fa', '#FFA15A', '#19d3f3', '#FF6692', '#B6E880', '#FF97FF', '#FECB52')
+_COLORWAY = ('#636efa', '#EF553B', '#00cc96', '#ab63fa', '#FFA15A',
+              '#19d3f3', '#FF6692', '#B6E880', '#FF97FF', '#FECB52')
 _DASHES = {'dash': '--', 'dot': ':', 'dashdot': '-.', 'longdash': '--', 'longdashdot': '-.', 'solid': '-'}
 
 def mpl_color(c): # a plotly colour: '#abc', 'rgb(1,2,3)', 'rgba(1,2,3,0.5)' or a CSS name
@@ -395,11 +397,12 @@ def category_ticks(ax, xy:str, labels:list):
     slant = xy == 'x' and len(labels)*widest > 24
     getattr(ax, f'set_{xy}ticks')(range(len(labels)), labels, **({'rotation': 30, 'ha': 'right'} if slant else {}))
 
-def draw_scatter(ax, t:dict, color, cats:dict): # matplotlib axes, a scatter trace dict, its default colour, {'x': {}, 'y': {}}
+def draw_scatter(ax, t:dict, color, cats:dict): # axes, a scatter trace dict, its default colour, {'x': {}, 'y': {}}
     "Lines and/or markers of one scatter trace, with its error bars; returns the legend handle."
     n = len(t['y'] if t.get('y') is not None else t['x'])
     x, y = _positions(t.get('x'), n, cats['x']), _positions(t.get('y'), n, cats['y'])
-    mode, line, marker = t.get('mode') or ('lines+markers' if n < 20 else 'lines'), t.get('line') or {}, t.get('marker') or {}
+    mode, line, marker = (t.get('mode') or ('lines+markers' if n < 20 else 'lines'),
+                          t.get('line') or {}, t.get('marker') or {})
     c = mpl_color(line.get('color') or (marker.get('color') if isinstance(marker.get('color'), str) else None)) or color
     h, = ax.plot(x, y, color=c, linestyle=_DASHES.get(line.get('dash'), '-') if 'lines' in mode else 'none',
                  marker='o' if 'markers' in mode else None, markersize=0.75*(marker.get('size') or 6),
@@ -490,7 +493,7 @@ def scene_axes_map(up:dict) -> tuple[np.ndarray, int]: # plotly scene.camera.up,
     else: M[0, c] = M[1, b] = 1; M[2, a] = -1                       # (e_c, e_b, -e_a) too
     return M, s
 
-def draw_scatter3d(ax, t:dict, color, M:np.ndarray): # 3D axes, a scatter3d trace dict, default colour, from scene_axes_map
+def draw_scatter3d(ax, t:dict, color, M:np.ndarray): # 3D axes, a scatter3d trace, default colour, M from scene_axes_map
     "Lines of one 3D trace (None gaps; per-point colours on a colour scale); returns the handle and the points `[3,N]`."
     from mpl_toolkits.mplot3d.art3d import Line3DCollection
     P = M @ np.stack([_arr(t.get(k)) for k in 'xyz'])
@@ -602,7 +605,8 @@ def histograms_as_heatmaps(d:dict) -> dict: # a figure dict
     hs = [t for t in d['data'] if t.get('type') == 'histogram2d']
     if not hs: return d
     for t in hs:
-        if t.get('histfunc', 'count') not in ('count', 'sum') or t.get('histnorm', '') not in ('', 'percent', 'probability'):
+        if (t.get('histfunc', 'count') not in ('count', 'sum')
+                or t.get('histnorm', '') not in ('', 'percent', 'probability')):
             raise NotImplementedError(f"histogram2d with histfunc={t.get('histfunc')!r}, "
                                       f"histnorm={t.get('histnorm')!r} is not drawn; "
                                       "use png='kaleido' or png='off'")
@@ -704,7 +708,8 @@ def _draw_traces(d:dict, axes:dict, cats:dict, scales:dict) -> tuple[dict, dict,
                 bottom = stacks.get(k) if not group else None
                 h = draw_bar(ax, t, color, cats[k], s if group else 0, nbars[k] if group else 1, bottom)
                 if not group:
-                    stacks[k] = _arr(t.get('x' if t.get('orientation') == 'h' else 'y')) + (0 if bottom is None else bottom)
+                    stacks[k] = (_arr(t.get('x' if t.get('orientation') == 'h' else 'y'))
+                                 + (0 if bottom is None else bottom))
         lg = t.get('legendgroup') or t.get('name')
         if t.get('name') and t.get('showlegend') is not False and lg not in legend and typ not in ('image', 'heatmap'):
             legend[lg] = (h, plain_text(t['name']), t.get('showlegend') is True)
@@ -757,7 +762,7 @@ PNG_RENDERERS = ('matplotlib', 'kaleido', 'off')
 
 def figure_png(fig, # a plotly figure
                path:str|Path, # destination .png
-               renderer:str='matplotlib', # 'matplotlib' (pure PyPI) or 'kaleido' (plotly's own look; needs kaleido>=1 and Chrome)
+               renderer:str='matplotlib', # 'matplotlib' (pure PyPI) or 'kaleido' (plotly's look; kaleido>=1 and Chrome)
                scale:float=1.5, # pixels per layout pixel
               ) -> Path:
     "Write a static PNG of a plotly figure."
@@ -767,7 +772,8 @@ def figure_png(fig, # a plotly figure
     elif renderer == 'kaleido':
         try: fig.write_image(path, format='png', scale=scale)
         except Exception as e:
-            raise RuntimeError(f"png='kaleido' could not write {path.name}: {e}\nIt needs `pip install 'kaleido>=1'` and a "
+            raise RuntimeError(f"png='kaleido' could not write {path.name}: {e}\n"
+                               "It needs `pip install 'kaleido>=1'` and a "
                                "Chrome or Chromium it can find; or use png='matplotlib' (no browser needed)") from None
     else: raise ValueError(f"renderer={renderer!r}; use 'matplotlib' or 'kaleido'")
     return path
@@ -787,7 +793,8 @@ _HTML = """<!DOCTYPE html>
 <script>window.Plotly || document.write('<script src="{cdn}"><\\/script>')</script>
 {div}
 <figure id="static-copy" hidden style="margin:8px">{img}
-<figcaption style="color:#555;font-size:13px">Static copy of the figure: this page draws it interactively with plotly.js,
+<figcaption style="color:#555;font-size:13px">Static copy of the figure: \
+this page draws it interactively with plotly.js,
 which is neither beside this file (<code>plotly.min.js</code>) nor reachable online.</figcaption></figure>
 <script>if (!window.Plotly) document.getElementById('static-copy').hidden = false;</script>
 </body></html>
@@ -815,7 +822,7 @@ def figure_html(fig, # a plotly figure
 # %% ../nbs/00_core.ipynb #2b154f5a
 @dataclass
 class SavedFigure:
-    "A figure written as HTML and PNG; in a notebook it shows as the interactive figure, with the PNG for other viewers."
+    "A figure written as HTML and PNG; a notebook shows the interactive figure, with the PNG for other viewers."
     fig: object = field(repr=False)
     html: Path
     png: Path|None = None

@@ -18,7 +18,8 @@ import torch
 from .camera import PRIMITIVES, COMPOSITES, trajectory_from_prompt
 from .core import read_video, save_json
 from .prompts import camera_phrase
-from .scenes import CATEGORIES, World, scene_category, box, column, make_world, render_video, save_clip, load_clip, sphere
+from .scenes import (CATEGORIES, World, scene_category, box, column, make_world, render_video, save_clip,
+                             load_clip, sphere)
 from .splat import concat
 
 # %% auto #0
@@ -217,7 +218,8 @@ def corpus_card(folder:str|Path, command:str='', seconds:float|None=None, rows:i
     df['camera'] = df.cameras.map(lambda c: ' > '.join(c))
     df['kind'] = np.where(df.dynamic != '', 'dynamic', 'static')
     pick = df.groupby('split').head(rows//2)
-    Image.fromarray(frame_strip(list(pick.path))).resize((5*64*2, len(pick)*64*2), Image.NEAREST).save(folder/'strip.png')
+    (Image.fromarray(frame_strip(list(pick.path))).resize((5*64*2, len(pick)*64*2), Image.NEAREST)
+     .save(folder/'strip.png'))
     fails = (folder/'failures.jsonl').read_text().count('\n') if (folder/'failures.jsonl').exists() else 0
     md = [f"# worldlab procedural video corpus\n",
           f"{len(df)} clips ({(df.kind == 'dynamic').sum()} dynamic), {df.bytes.sum()/1e6:.1f} MB of mp4; "
@@ -227,7 +229,8 @@ def corpus_card(folder:str|Path, command:str='', seconds:float|None=None, rows:i
           f"{sorted(TEST_SUBJECTS)}, never seen in training.\n",
           "## Clips per split and category\n", markdown_table(pd.crosstab(df.category, [df.split, df.kind])),
           "\n## Clips per split and camera (chains: first move)\n",
-          markdown_table(pd.crosstab(df.cameras.map(lambda c: c[0] + (' + 1' if len(c) > 1 else '')).rename('camera'), df.split)),
+          markdown_table(pd.crosstab(df.cameras.map(lambda c: c[0] + (' + 1' if len(c) > 1 else '')).rename('camera'),
+                                     df.split)),
           "\n## Object motion (dynamic clips)\n",
           markdown_table(pd.crosstab(df.dynamic[df.kind == 'dynamic'], df.split[df.kind == 'dynamic'])),
           "\n## Subjects\n", markdown_table(pd.crosstab((df.colour + ' ' + df['shape']).rename('subject'), df.split)),

@@ -41,7 +41,8 @@ def depth_views(n_worlds:int, # worlds, categories in turn
             traj = chain_trajectory([PRIMITIVES[int(torch.randint(len(PRIMITIVES), (), generator=g))]],
                                     num_frames, H, W)
             T = traj.c2w[int(torch.randint(num_frames, (), generator=g))].clone()
-            T[:3, :3] = T[:3, :3] @ roma.rotvec_to_rotmat(math.radians(3)*torch.randn(3, generator=g, dtype=torch.float64))
+            T[:3, :3] = T[:3, :3] @ roma.rotvec_to_rotmat(
+                math.radians(3)*torch.randn(3, generator=g, dtype=torch.float64))
             T[:3, 3] += 0.05*traj.z_ref*torch.randn(3, generator=g, dtype=torch.float64)
             c2w.append(T)
         r = render(world.gaussians, torch.stack(c2w).float(), traj.K.float(), H, W, background=background)
@@ -95,8 +96,8 @@ def train_depth_net(data:dict, # from `depth_views`
     net = DepthNet(width)
     opt = torch.optim.AdamW(net.parameters(), lr=lr, weight_decay=1e-4)
     warm = max(1, steps//20)
-    sched = torch.optim.lr_scheduler.LambdaLR(opt,
-                                              lambda k: min(1, (k + 1)/warm)*0.5*(1 + math.cos(math.pi*min(k, steps)/steps)))
+    sched = torch.optim.lr_scheduler.LambdaLR(
+        opt, lambda k: min(1, (k + 1)/warm)*0.5*(1 + math.cos(math.pi*min(k, steps)/steps)))
     hist, N = [], len(data['rgb'])
     for step in range(steps):
         idx = torch.randint(N, (min(batch, N),), generator=g)
@@ -113,7 +114,7 @@ def train_depth_net(data:dict, # from `depth_views`
     return net.eval(), pd.DataFrame(hist)
 
 def evaluate_depth(model, data:dict) -> pd.DataFrame:
-    "Per view: scale-invariant log error of `model` and of a flat plane, and the share of pixels within 25% after scale."
+    "Per view: scale-invariant log error of `model` and of a flat plane; the share of pixels within 25% after scale."
     with torch.no_grad(): pred = torch.cat([model(data['rgb'][i:i + 64]) for i in range(0, len(data['rgb']), 64)])
     t, m = data['log_depth'], data['mask'].float()
     si, flat = si_log_error(pred, t, m), si_log_error(torch.zeros_like(t), t, m)

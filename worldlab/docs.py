@@ -89,7 +89,8 @@ _ANSI = re.compile(r'\x1b\[[0-9;]*[A-Za-z]')
 def _failure(nb, e:Exception) -> dict:
     "Where and why an execution stopped."
     code_cells = [c for c in nb.cells if c.cell_type == 'code']
-    bad = next((i for i, c in enumerate(code_cells) if any(o.get('output_type') == 'error' for o in c.get('outputs', []))), None)
+    bad = next((i for i, c in enumerate(code_cells)
+                if any(o.get('output_type') == 'error' for o in c.get('outputs', []))), None)
     if bad is None:
         # a timeout
         bad = next((i for i, c in enumerate(code_cells) if c.source and c.get('execution_count') is None), None)
@@ -104,7 +105,7 @@ def execute_notebook(src:str|Path, # a notebook
                      timeout:int=600, # seconds a cell may take
                      env:dict|None=None, # extra environment variables for the kernel
                     ) -> tuple[dict, dict]:
-    "Run a copy of the notebook in its folder, leaving out what nbdev-test leaves out: (the notebook with outputs, how it went)."
+    "Run a notebook copy in its folder, skipping what nbdev-test skips: (the notebook with outputs, how it went)."
     import nbformat
     from nbclient import NotebookClient
     src, flags = Path(src), skip_flags() if flags is None else flags
@@ -161,7 +162,7 @@ def _defined_names(source:str) -> list[str]:
 def _lines(lines:list[str], a:int, b:int) -> list[str]: return lines[a - 1:b]   # 1-based, inclusive
 
 def signature_source(obj) -> str:
-    "The definition's header as the library writes it: a `def` with its documented parameters, or a class with its fields."
+    "The definition's header as in the library: a `def` with its documented parameters, or a class with its fields."
     import inspect, textwrap
     try: src = textwrap.dedent(inspect.getsource(obj))
     # no source file: the signature alone
@@ -184,10 +185,11 @@ def signature_source(obj) -> str:
 def api_markdown(obj, # a function or class of the library
                  qualname:str='', # how to name it, e.g. 'worldlab.camera.chain_trajectory'
                 ) -> str:
-    "Markdown reference of `obj`, read from the library: heading, the signature with its documented parameters, docstring."
+    "Markdown reference of `obj`, from the library: heading, signature with its documented parameters, docstring."
     import inspect
     doc = inspect.getdoc(obj) or ''
-    md = f"### `{obj.__name__}`\n\n```python\n{signature_source(obj)}\n```\n\n" + (f"*{doc}*" if '\n' not in doc else doc)
+    md = (f"### `{obj.__name__}`\n\n```python\n{signature_source(obj)}\n```\n\n"
+          + (f"*{doc}*" if '\n' not in doc else doc))
     return md + (f"\n\n<span class=\"wl-qualname\">{qualname}</span>" if qualname else '')
 
 # %% ../nbs/00c_docs.ipynb #d628ce32
@@ -214,16 +216,17 @@ def widget_outputs(model_id:str, # the model a widget output shows
     "The outputs that an ipywidgets Output widget, or the boxes around some, held when the notebook ran."
     m = states.get(model_id, {})
     if m.get('model_name') == 'OutputModel': return m.get('state', {}).get('outputs', [])
-    return [o for ch in m.get('state', {}).get('children', []) for o in widget_outputs(ch.removeprefix('IPY_MODEL_'), states)]
+    return [o for ch in m.get('state', {}).get('children', [])
+            for o in widget_outputs(ch.removeprefix('IPY_MODEL_'), states)]
 
-_WIDGET_NOTE = ('<p class="wl-widget-note">An ipywidgets control stands here in a live notebook{}: open the notebook in '
-                'Jupyter to use it.</p>')
+_WIDGET_NOTE = ('<p class="wl-widget-note">An ipywidgets control stands here in a live notebook{}: '
+                'open the notebook in Jupyter to use it.</p>')
 
 def static_outputs(outputs:list, # a code cell's outputs
                    prefix:str, # makes element ids unique on the page
                    widgets:dict|None=None, # the notebook's widget states, to show what a widget displayed
                   ) -> list:
-    "Outputs ready for a static page: plotly figures as local-plotly HTML, widgets as what they showed, no ANSI colour codes."
+    "Outputs for a static page: plotly figures as local-plotly HTML, widgets as what they showed, no ANSI colours."
     out = []
     for j, o in enumerate(copy.deepcopy(outputs)):
         data = o.get('data', {})
@@ -232,7 +235,8 @@ def static_outputs(outputs:list, # a code cell's outputs
                          'text/plain': data.get('text/plain', '')}
         elif WIDGET_MIME in data:
             inner = widget_outputs(data[WIDGET_MIME].get('model_id', ''), widgets or {})
-            o['data'] = {'text/html': _WIDGET_NOTE.format('; below, what it showed when the notebook ran' if inner else '')}
+            o['data'] = {'text/html': _WIDGET_NOTE.format('; below, what it showed when the notebook ran'
+                                                          if inner else '')}
             out += [o] + static_outputs(inner, f'{prefix}-{j}w')
             continue
         if o.get('output_type') == 'error': o['traceback'] = [_ANSI.sub('', t) for t in o.get('traceback', [])]
@@ -247,7 +251,8 @@ def _md(text:str) -> dict:
 
 def _title_index(cells:list) -> int:
     "The cell holding the notebook's H1 title (0 if none)."
-    return next((i for i, c in enumerate(cells) if c.cell_type == 'markdown' and re.match(r'#\s', c.source.lstrip())), 0)
+    return next((i for i, c in enumerate(cells)
+                 if c.cell_type == 'markdown' and re.match(r'#\s', c.source.lstrip())), 0)
 
 def _banner(page:Page, status:dict, repo_url:str|None) -> str:
     "The notebook links under a page's title, and the failure notice of a notebook that did not run through."
@@ -258,8 +263,10 @@ def _banner(page:Page, status:dict, repo_url:str|None) -> str:
     text = f":::{{container}} wl-notebook-links\nThis page is the notebook `{src}`: {' · '.join(links)}\n:::"
     if status.get('state') == 'failed':
         where = f"cell {status['cell']}" if status.get('cell') else 'start-up'
-        text += (f"\n\n:::{{error}}\n:class: wl-failed\n\n**This notebook failed to execute when the site was built** ({where}: "
-                 f"`{status['error']}`). The page shows the outputs up to that cell; the cells after it did not run.\n:::")
+        text += (f"\n\n:::{{error}}\n:class: wl-failed\n\n"
+                 f"**This notebook failed to execute when the site was built** ({where}: "
+                 f"`{status['error']}`). The page shows the outputs up to that cell; "
+                 f"the cells after it did not run.\n:::")
     return text
 
 # %% ../nbs/00c_docs.ipynb #48655dba
@@ -272,7 +279,8 @@ def lesson_page(nb, # an executed notebook (`execute_notebook`)
     import importlib
     nb = copy.deepcopy(nb)
     widgets = nb.metadata.pop('widgets', {}).get('application/vnd.jupyter.widget-state+json', {}).get('state', {})
-    mod = next((d['default_exp'] for c in nb.cells if c.cell_type == 'code' and 'default_exp' in (d := directives(c.source))), None)
+    mod = next((d['default_exp'] for c in nb.cells
+                if c.cell_type == 'code' and 'default_exp' in (d := directives(c.source))), None)
     lib = importlib.import_module(f'worldlab.{mod}') if mod else None
     cells = []
     for i, c in enumerate(nb.cells):
@@ -314,7 +322,8 @@ _CSS = """.wl-notebook-links { font-size: .85em; color: var(--color-foreground-s
 .wl-skipped, .wl-widget-note { font-size: .85em; color: var(--color-foreground-muted); font-style: italic; }
 .wl-plotly { width: 100%; overflow-x: auto; }
 div.cell_output table.dataframe { font-size: .8em; border-collapse: collapse; }
-div.cell_output table.dataframe td, div.cell_output table.dataframe th { padding: .2em .5em; border-bottom: 1px solid var(--color-background-border); }
+div.cell_output table.dataframe td, div.cell_output table.dataframe th { padding: .2em .5em; \
+border-bottom: 1px solid var(--color-background-border); }
 div.cell_output img { max-width: 100%; height: auto; }
 math[display=block] { margin: .8em 0; }
 """
@@ -357,11 +366,14 @@ def _build_page(results:list[tuple[Page, dict]], commit:str) -> str:
             f"{html.escape(s.get('error') or '').replace('|', '/')} |"
             for p, s in results]
     failed = [p.rel for p, s in results if s['state'] != 'done']
-    return (f"# About this site\n\nBuilt by `worldlab docs` on {time.strftime('%Y-%m-%d %H:%M')} from commit `{commit}`. "
+    return (f"# About this site\n\nBuilt by `worldlab docs` on {time.strftime('%Y-%m-%d %H:%M')} "
+            f"from commit `{commit}`. "
             "Every notebook was executed for this build, or taken from the cache of an execution of the same notebook "
             "with the same library source, settings and data files.\n\n"
-            + (f"**Notebooks that failed to execute:** {', '.join(failed)}.\n\n" if failed else "Every notebook ran through.\n\n")
-            + "| page | execution | seconds | cells not run | error |\n| --- | --- | --- | --- | --- |\n" + '\n'.join(rows) + '\n')
+            + (f"**Notebooks that failed to execute:** {', '.join(failed)}.\n\n" if failed
+               else "Every notebook ran through.\n\n")
+            + "| page | execution | seconds | cells not run | error |\n| --- | --- | --- | --- | --- |\n"
+            + '\n'.join(rows) + '\n')
 
 # %% ../nbs/00c_docs.ipynb #b8276731
 def write_project(results:list[tuple[Page, dict, dict]], # (page, executed notebook, status) in site order
@@ -370,7 +382,7 @@ def write_project(results:list[tuple[Page, dict, dict]], # (page, executed noteb
                   repo_url:str|None=None, # the repository on GitHub, for links to the notebooks there
                   commit:str='', # the commit the site is built from
                  ) -> Path:
-    "Write the Sphinx project of the site: pages, notebook copies, configuration, static files, contents and build report."
+    "Write the site's Sphinx project: pages, notebook copies, configuration, static files, contents and build report."
     import nbformat
     from plotly.offline import get_plotlyjs
     src_dir, nbs = Path(src_dir), notebooks_dir(nbs)
@@ -380,7 +392,8 @@ def write_project(results:list[tuple[Page, dict, dict]], # (page, executed noteb
     (src_dir/'_static'/'worldlab.css').write_text(_CSS)
     (src_dir/'_static'/'worldlab-plotly.js').write_text(_PLOTLY_JS)
     (src_dir/'_static'/'plotly.min.js').write_text(get_plotlyjs(), encoding='utf-8')
-    for sub in [p for p in nbs.iterdir() if p.is_dir() and not p.name.startswith(('.', '_')) and p.name not in ('runs', 'tutorials')]:
+    for sub in [p for p in nbs.iterdir()
+                if p.is_dir() and not p.name.startswith(('.', '_')) and p.name not in ('runs', 'tutorials')]:
         # images/
         shutil.copytree(sub, src_dir/sub.name, ignore=shutil.ignore_patterns('*.ipynb', '.ipynb_checkpoints'))
     for page, nb, status in results:
@@ -429,7 +442,7 @@ def _git_commit(root:Path) -> str:
     return r.stdout.strip() or 'unknown'
 
 def _execute_cached(page:Page, cache:Path|None, root:Path, flags:list, timeout:int) -> tuple[dict, dict]:
-    "The executed notebook from the cache when its sources are unchanged, else a fresh execution (kept when it ran through)."
+    "The executed notebook from the cache if its sources are unchanged, else a fresh run (kept if it ran through)."
     import nbformat
     key, name = source_key(page.src, root), page.rel.replace('/', '__')
     nb_file, st_file = (cache/f'{name}.{key}.ipynb', cache/f'{name}.{key}.json') if cache else (None, None)
@@ -454,7 +467,7 @@ def build_site(out:str|Path|None=None, # where the site goes (default: <project>
                work:str|Path|None=None, # the execution cache goes in work/cache (default: <project>/_docs)
                log=print, # progress lines
               ) -> SiteResult:
-    "Execute the notebooks and build the static site with Sphinx; a notebook that fails is a marked page, not a failed build."
+    "Execute the notebooks, build the static site with Sphinx; a failing notebook is a marked page, not a failed build."
     t0, nbs = time.time(), notebooks_dir(nbs)
     root = project_root(nbs) or nbs.parent
     work = Path(work) if work else root/'_docs'
@@ -490,7 +503,8 @@ def chromium_path() -> str:
     "The Chromium to drive: $WORLDLAB_CHROMIUM, else chromium on the PATH; a clear error when there is none."
     exe = os.environ.get('WORLDLAB_CHROMIUM') or shutil.which('chromium') or shutil.which('chromium-browser')
     if not exe:
-        raise FileNotFoundError("no Chromium found: install Debian's (apt-get install -y chromium) or set WORLDLAB_CHROMIUM")
+        raise FileNotFoundError("no Chromium found: install Debian's (apt-get install -y chromium) "
+                                "or set WORLDLAB_CHROMIUM")
     return exe
 
 def ink(png:bytes) -> float:
@@ -511,7 +525,8 @@ def _serve(site:Path):
     return srv
 
 _FIGURE_INFO = """el => ({kind: el.tagName.toLowerCase() === 'div' ? 'plotly' : el.tagName.toLowerCase(),
-  loaded: el.tagName === 'IMG' ? el.complete && el.naturalWidth > 0 : el.tagName === 'VIDEO' ? el.readyState >= 2 : true,
+  loaded: el.tagName === 'IMG' ? el.complete && el.naturalWidth > 0 : \
+el.tagName === 'VIDEO' ? el.readyState >= 2 : true,
   traces: el.data ? el.data.length : null, src: (el.currentSrc || el.src || el.id || '').slice(0, 120)})"""
 
 def _check_page(page, url:str, shot:Path|None, min_ink:float) -> dict:
@@ -525,7 +540,8 @@ def _check_page(page, url:str, shot:Path|None, min_ink:float) -> dict:
     try: page.wait_for_function(drawn, timeout=20000)
     except Timeout: errors.append('plotly figures not drawn within 20 s')
     for v in page.locator('article video').all():                           # wait for a frame, at most 5 s each
-        v.evaluate("v => v.readyState >= 2 || new Promise(r => { v.onloadeddata = r; v.onerror = r; setTimeout(r, 5000); })")
+        v.evaluate("v => v.readyState >= 2 || "
+                   "new Promise(r => { v.onloadeddata = r; v.onerror = r; setTimeout(r, 5000); })")
     rep['title'] = page.title()
     rep['failed_notebook'] = page.locator('.wl-failed').count() > 0
     rep['figures'] = []
@@ -547,16 +563,17 @@ def _check_page(page, url:str, shot:Path|None, min_ink:float) -> dict:
 
 # %% ../nbs/00c_docs.ipynb #d06402dc
 def check_pages(site:str|Path, # a built site (`build_site(...).site`)
-                pages:list[str]|None=None, # page paths such as '01_camera.html' (default: every page built from a notebook)
+                pages:list[str]|None=None, # page paths such as '01_camera.html' (default: every page from a notebook)
                 shots:str|Path|None=None, # a folder for a screenshot of each page
                 min_ink:float=0.005, # a figure whose screenshot has less ink than this is blank
                 width:int=1280, height:int=900, # the browser window
                ) -> list[dict]:
-    "Open pages of the site in headless Chromium: console errors, requests leaving the site, figures and their ink, plotly traces."
+    "Open the site's pages in headless Chromium: console errors, outside requests, figures, their ink, plotly traces."
     from playwright.sync_api import sync_playwright
     site = Path(site)
     if pages is None: pages = sorted(str(p.relative_to(site)) for p in site.rglob('*.html')
-                                     if p.with_suffix('').relative_to(site).parts[0] not in ('_static', 'search', 'genindex', 'build'))
+                                     if p.with_suffix('').relative_to(site).parts[0]
+                                     not in ('_static', 'search', 'genindex', 'build'))
     srv, reports = _serve(site), []
     base = f'http://127.0.0.1:{srv.server_address[1]}/'
     def look():   # in a thread of its own: Playwright's sync API refuses a thread with a running event loop (Jupyter's)

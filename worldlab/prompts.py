@@ -64,7 +64,8 @@ class PromptRecord:
         if bad: raise ValueError(f"{at}: field 'cameras' has unknown {bad}; valid: {', '.join(PRIMITIVES)}")
         if self.category is not None and self.category not in CATEGORIES:
             raise ValueError(f"{at}: field 'category' is {self.category!r}; valid: {', '.join(CATEGORIES)}")
-        if self.subcategory is not None and (self.category is None or self.subcategory not in CATEGORIES[self.category]):
+        if self.subcategory is not None and (self.category is None
+                                             or self.subcategory not in CATEGORIES[self.category]):
             raise ValueError(f"{at}: field 'subcategory' {self.subcategory!r} is not one of {self.category}'s "
                              f"{CATEGORIES.get(self.category, ())}")
         if self.layout not in LAYOUTS: raise ValueError(f"{at}: field 'layout' is {self.layout!r}; valid: "
@@ -140,16 +141,17 @@ def load_world_r1(variant:str='final', # 'final' (short prompts) or 'enhanced' (
 
 # %% ../nbs/06_prompts.ipynb #ebc7c650
 CATEGORY_KEYWORDS = {
-    'natural_landscapes': 'mountain mountains canyon desert dune dunes forest rainforest river lake ocean sea glacier waterfall '
-                          'valley beach coast coastline volcano meadow cliff cliffs island tundra savanna prairie reef cave '
-                          'iceberg aurora sunset sunrise fjord hills lagoon marsh swamp geyser storm clouds snow',
+    'natural_landscapes': 'mountain mountains canyon desert dune dunes forest rainforest river lake ocean sea glacier '
+                          'waterfall valley beach coast coastline volcano meadow cliff cliffs island tundra savanna '
+                          'prairie reef cave iceberg aurora sunset sunrise fjord hills lagoon marsh swamp geyser storm '
+                          'clouds snow',
     'urban_architecture': 'city street streets building buildings skyscraper skyscrapers bridge station cathedral room '
                           'interior library kitchen museum factory market harbour harbor tower alley plaza subway '
                           'apartment office warehouse castle palace hallway corridor staircase airport train highway '
                           'skyline architecture facade mall church mosque terminal',
-    'micro_still_life': 'table desk cup mug vase bottle macro close-up texture fabric glass coin book books fruit candle '
-                        'jewel jewelry watch teapot plate bowl microscopic cells crystal droplet feather leaf insect '
-                        'keyboard pencil ink silk velvet ceramic marble wood grain still life',
+    'micro_still_life': 'table desk cup mug vase bottle macro close-up texture fabric glass coin book books fruit '
+                        'candle jewel jewelry watch teapot plate bowl microscopic cells crystal droplet feather leaf '
+                        'insect keyboard pencil ink silk velvet ceramic marble wood grain still life',
     'fantasy_surrealism': 'floating dragon magical magic surreal dream dreamlike ethereal alien portal enchanted fairy '
                           'mythical impossible levitating celestial otherworldly giant colossal phantom spirit wizard '
                           'elven cosmic nebula labyrinth upside-down glowing runes',
@@ -188,7 +190,8 @@ def prompt_stats(records:list[PromptRecord]) -> dict:
     return dict(
         per_camera=ex.groupby(['cameras', 'split']).size().unstack(fill_value=0),
         per_layout=df.groupby(['layout', 'split']).size().unstack(fill_value=0),
-        per_category=df.assign(category=df.category.fillna('(unknown)')).groupby(['category', 'split']).size().unstack(fill_value=0),
+        per_category=(df.assign(category=df.category.fillna('(unknown)'))
+                      .groupby(['category', 'split']).size().unstack(fill_value=0)),
         words=df.groupby('split').words.describe().round(1),
         table=df)
 
@@ -468,7 +471,8 @@ def plan_prompts(n_train:int=3000, n_dynamic:int=500, n_test:int=300, # sizes of
                 if first not in COMPOSITES and first != 'fixed' and rnd.random() < chain_fraction:
                     # no move then its undo
                     undo = first.rsplit('_', 1)[0] + ('_right' if first.endswith('_left') else '_left')
-                    cams.append(rnd.choice([c for c in pool if c not in COMPOSITES and c not in ('fixed', first, undo)]))
+                    cams.append(rnd.choice([c for c in pool
+                                            if c not in COMPOSITES and c not in ('fixed', first, undo)]))
                 cams = [c2 for c in cams for c2 in COMPOSITES.get(c, (c,))]
                 need = AFFORDS[first if first not in COMPOSITES else 'pan_left']
                 subs = _subjects(sub, test=split == 'test')
@@ -505,7 +509,8 @@ def generate_prompts(plan:list[PlanItem], write=None, # write(item, rnd) -> text
         rec = PromptRecord.from_text(text, item.split, item.id, category=item.category, subcategory=item.subcategory,
                                      dynamic=item.split == 'dynamic')
         if rec.cameras != item.cameras:
-            raise ValueError(f"{item.id}: the text reads as camera {rec.cameras}, the plan asked for {item.cameras}: {text!r}")
+            raise ValueError(f"{item.id}: the text reads as camera {rec.cameras}, "
+                             f"the plan asked for {item.cameras}: {text!r}")
         out.append(rec)
     return out
 

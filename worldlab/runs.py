@@ -61,7 +61,8 @@ def run_parameters(path:str|Path) -> dict[str, dict]:
     for n in body:
         target = n.target if isinstance(n, ast.AnnAssign) else n.targets[0] if isinstance(n, ast.Assign) else None
         if not isinstance(target, ast.Name) or n.value is None:
-            raise ValueError(f"{nb}: parameters cell line {n.lineno}: write one parameter a line, `name: type = value  # help`")
+            raise ValueError(f"{nb}: parameters cell line {n.lineno}: "
+                             "write one parameter a line, `name: type = value  # help`")
         default = ast.get_source_segment(src, n.value)
         try: value = ast.literal_eval(n.value)
         except ValueError: raise ValueError(f"{nb}: parameter {target.id} = {default} is not a literal value; "
@@ -173,7 +174,8 @@ def prepare_run(name:str, # the run notebook's name
     changed = {k: [old.get(k), v] for k, v in given.items() if not _same(old.get(k), v)}
     if (done or changed) and not force:
         why = ([f"finished already ({rd})"] if done else []) + \
-              ([f"was started with {', '.join(f'{k}={a!r} (now {b!r})' for k, (a, b) in changed.items())}"] if changed else [])
+              ([f"was started with {', '.join(f'{k}={a!r} (now {b!r})' for k, (a, b) in changed.items())}"]
+               if changed else [])
         ways = (['resume it with the values it was started with (or none)'] if changed and not done else []) + \
                [f"pass --force to run it{' again' if done else ''} in its "
                 f"folder{' with the new values' if changed else ''} "
@@ -189,13 +191,14 @@ def _papermill(src:Path, dest:Path, values:dict, cwd:str, progress:bool) -> str|
     import papermill as pm
     try: pm.execute_notebook(str(src), str(dest), parameters=values, cwd=cwd, kernel_name='python3',
                              progress_bar=progress,
-                             report_mode=False, extra_arguments=['--IPKernelApp.log_level=CRITICAL'])  # the kernel's own log is noise here
+                             report_mode=False,
+                             extra_arguments=['--IPKernelApp.log_level=CRITICAL'])  # the kernel's own log is noise here
     except pm.PapermillExecutionError as e: return f"cell {e.exec_count}: {e.ename}: {e.evalue}"
     except Exception as e: return f"{type(e).__name__}: {e}"  # kernel died, bad notebook JSON, ...
     return None
 
 def mark_interrupted(nb_path:Path) -> int|None:
-    "Record a Ctrl-C in the partial notebook papermill left (it says no exception); the code cell it stopped in, from 1."
+    "Record a Ctrl-C in papermill's partial notebook (it says no exception); the code cell it stopped in, from 1."
     if not nb_path.exists(): return None
     nb = json.loads(nb_path.read_text())
     pm_of = lambda c: c.setdefault('metadata', {}).setdefault('papermill', {})
@@ -215,7 +218,8 @@ def mark_interrupted(nb_path:Path) -> int|None:
 class _NoInterrupts:
     "Ignore Ctrl-C while bookkeeping is written (main thread only)."
     def __enter__(self):
-        self.old = signal.signal(signal.SIGINT, signal.SIG_IGN) if threading.current_thread() is threading.main_thread() else None
+        self.old = (signal.signal(signal.SIGINT, signal.SIG_IGN)
+                    if threading.current_thread() is threading.main_thread() else None)
     def __exit__(self, *exc):
         if self.old is not None: signal.signal(signal.SIGINT, self.old)
 
@@ -247,7 +251,7 @@ def execute_run(name:str, # a run notebook name (see `list_runs`)
                 progress:bool=True, # papermill's progress bar
                 force:bool=False, # run a finished run again, or change its values, in its folder
                ) -> RunResult:
-    "Execute run notebook `name` with papermill into `outputs/<name>/<run-id>/`; failures and Ctrl-C are kept, not raised."
+    "Execute run notebook `name` with papermill into `outputs/<name>/<run-id>/`; failures and Ctrl-C kept, not raised."
     runs = list_runs(nbs)
     if name not in runs: raise KeyError(f"no run notebook {name!r}; available: {', '.join(runs)}")
     src = runs[name]
@@ -321,7 +325,8 @@ def _parser() -> argparse.ArgumentParser:
     d.add_argument('--no-cache', action='store_true',
                    help='execute every notebook again, even when nothing it depends on changed')
     d.add_argument('--repo-url',
-                   help='the repository on GitHub (https://github.com/OWNER/worldlab): pages link to their notebook there')
+                   help='the repository on GitHub (https://github.com/OWNER/worldlab): '
+                        'pages link to their notebook there')
     d.add_argument('--strict', action='store_true',
                    help='exit 1 when a notebook fails to execute (default: its page says so)')
     d.add_argument('--check', action='store_true',

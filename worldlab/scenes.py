@@ -128,7 +128,7 @@ CATEGORY_ALIASES = {'natural_landscape': 'natural_landscapes', 'still_life': 'mi
                     'fantasy': 'fantasy_surrealism'}  # old names on disk
 
 def scene_category(name:str) -> str:
-    "The category's name in CATEGORIES (an old name from CATEGORY_ALIASES is translated); ValueError for one without a world."
+    "The category's name in CATEGORIES (old names from CATEGORY_ALIASES translated); ValueError if it has no world."
     name = CATEGORY_ALIASES.get(name, name)
     if name not in CATEGORIES: raise ValueError(f"unknown category {name!r}; use one of {', '.join(CATEGORIES)}")
     return name
@@ -142,7 +142,8 @@ class World:
     seed: int
     subject: str = ''            # the part that stands about z_ref ahead of the first camera
 
-    def __repr__(self): return f"World({self.category}, seed {self.seed}, {len(self.gaussians)} Gaussians, parts {list(self.parts)})"
+    def __repr__(self): return (f"World({self.category}, seed {self.seed}, {len(self.gaussians)} Gaussians, "
+                                f"parts {list(self.parts)})")
 
 def _assemble(named:list[tuple[str, Gaussians]], category:str, seed:int, subject:str) -> World:
     parts, start = {}, 0
@@ -357,7 +358,8 @@ def _billboard(world, traj, clean, s, g, bg):
 
 def _trajectory_drift(world, traj, clean, s, g, bg):
     F = len(traj)
-    turn = torch.stack([compose([Motion(yaw=s*t/(F - 1))], [1])[1] if t else torch.eye(4, dtype=torch.float64) for t in range(F)])
+    turn = torch.stack([compose([Motion(yaw=s*t/(F - 1))], [1])[1] if t else torch.eye(4, dtype=torch.float64)
+                        for t in range(F)])
     return render_video(world, replace(traj, c2w=traj.c2w @ turn), bg), dict(extra_yaw_deg=s)
 
 def _object_motion(world, traj, clean, s, g, bg):

@@ -36,8 +36,10 @@ class Gaussians:
             v = getattr(self, k)
             if tuple(v.shape) != shp: raise ValueError(f"Gaussians.{k} must have shape {shp}, got {tuple(v.shape)}")
         c = self.colors
-        if not (c.shape == (n, 3) or (c.ndim == 3 and c.shape[0] == n and c.shape[2] == 3 and c.shape[1] in (1, 4, 9, 16))):
-            raise ValueError(f"Gaussians.colors must be [N,3] RGB or [N,K,3] SH with K in 1,4,9,16; got {tuple(c.shape)}")
+        if not (c.shape == (n, 3)
+                or (c.ndim == 3 and c.shape[0] == n and c.shape[2] == 3 and c.shape[1] in (1, 4, 9, 16))):
+            raise ValueError("Gaussians.colors must be [N,3] RGB or [N,K,3] SH with K in 1,4,9,16; "
+                             f"got {tuple(c.shape)}")
 
     def __len__(self): return len(self.means)
     def __repr__(self): return f"Gaussians({len(self)}, colors {tuple(self.colors.shape[1:])}, {self.means.dtype})"
@@ -236,7 +238,8 @@ class Render:
 def _gsplat_render(g, w2c, Ks, H, W, background):
     try: from gsplat import rasterization
     except ImportError as e:
-        raise ImportError("backend='gsplat' needs the gsplat package: pip install 'worldlab[gpu]' on a CUDA machine") from e
+        raise ImportError("backend='gsplat' needs the gsplat package: "
+                          "pip install 'worldlab[gpu]' on a CUDA machine") from e
     colors, sh = (g.colors, None) if g.colors.ndim == 2 else (g.colors, g.sh_degree)
     img, alpha, _ = rasterization(g.means, torch.nn.functional.normalize(g.quats, dim=-1), g.scales,
                                   g.opacities, colors,
@@ -295,13 +298,14 @@ def _check_rotation(R:torch.Tensor):
     if R64.shape != (3, 3) or not torch.allclose(R64 @ R64.T, torch.eye(3, dtype=torch.float64),
                                                  atol=1e-4) or torch.det(R64) < 0:
         raise ValueError(f"R must be a 3x3 rotation (orthonormal, det +1); got {tuple(R.shape)} with det "
-                         f"{float(torch.det(R64)) if R64.shape == (3, 3) else float('nan'):.4f}: split a reflection or scale off first")
+                         f"{float(torch.det(R64)) if R64.shape == (3, 3) else float('nan'):.4f}: "
+                         "split a reflection or scale off first")
 
 def transform_gaussians(g:Gaussians, R:torch.Tensor, # [3,3] rotation
                         t:torch.Tensor|None=None, # [3] translation (default 0)
                         scale:float=1.0, # s > 0
                        ) -> Gaussians:
-    "The scene moved by the similarity `x -> scale R x + t`: means mapped, scales times `scale`, rotations and SH colours turned by `R`."
+    "The scene moved by the similarity `x -> scale R x + t`: means mapped, scales times `scale`, R turns rotations, SH."
     _check_rotation(R)
     if not float(scale) > 0: raise ValueError(f"scale must be > 0, got {scale}")
     R = R.to(g.means)

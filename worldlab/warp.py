@@ -150,10 +150,10 @@ def anchored_warp(homographies:torch.Tensor, # [T,3,3] first-frame pixel coords 
     ys = y_lo + (torch.arange(ny, dtype=torch.float64, device=dev) + 0.5)/s
     frames = []
     for t, Ht in enumerate(Hs):                                          # only the cells near this frame's pre-image
-        c0, c1 = max(0, math.floor((float(pre[t, 0].min()) - x_lo)*s) - 1), min(nx,
-                                                                                math.ceil((float(pre[t, 0].max()) - x_lo)*s) + 1)
-        r0, r1 = max(0, math.floor((float(pre[t, 1].min()) - y_lo)*s) - 1), min(ny,
-                                                                                math.ceil((float(pre[t, 1].max()) - y_lo)*s) + 1)
+        c0, c1 = (max(0, math.floor((float(pre[t, 0].min()) - x_lo)*s) - 1),
+                  min(nx, math.ceil((float(pre[t, 0].max()) - x_lo)*s) + 1))
+        r0, r1 = (max(0, math.floor((float(pre[t, 1].min()) - y_lo)*s) - 1),
+                  min(ny, math.ceil((float(pre[t, 1].max()) - y_lo)*s) + 1))
         xq, yq, hx, hy = _footprints(Ht, xs[None, c0:c1], ys[r0:r1, None], s)
         keep = ((xq + hx > 0) & (xq - hx < w) & (yq + hy > 0) & (yq - hy < h)).nonzero()[:, 0]
         val = field[:, r0:r1, c0:c1].reshape(C, -1)[:, keep]
@@ -385,11 +385,11 @@ WARP_METHOD_ALIASES = {'integral': 'anchored'}                # older name, stil
 
 def camera_noise(traj:Trajectory, # poses for every video frame (4k+1 of them)
                  channels:int=16, temporal:int=4, spatial:int=8, # the VAE's compression
-                 method:str='anchored', # 'anchored' (integral, one field, exact), 'frame_to_frame' (integral, each step), 'discrete' (release)
+                 method:str='anchored', # anchored (integral, exact), frame_to_frame (integral/step), discrete (release)
                  subpixel:int=4, # anchored: field cells per latent pixel along each axis
                  warp_scale:int=16, # discrete: warp grid / latent grid (release: 16)
                  degradation:float=0.35, # fresh-noise share mixed in afterwards (release: 0.35)
-                 clamp:float|None=0.25, # per-step flow limit, fraction of max(h, w) (discrete, frame_to_frame; release: 0.25)
+                 clamp:float|None=0.25, # per-step flow cap, share of max(h,w) (discrete, frame_to_frame; release: 0.25)
                  generator:torch.Generator|None=None, # on `device`
                  dtype=torch.float32,
                  device=None, # 'cpu' (default) or 'cuda'
