@@ -98,6 +98,7 @@ d = { 'settings': {'branch': 'main', 'doc_baseurl': '/', 'doc_host': '', 'git_ur
                                'worldlab.core.fill_template': ('core.html#fill_template', 'worldlab/core.py'),
                                'worldlab.core.histograms_as_heatmaps': ('core.html#histograms_as_heatmaps', 'worldlab/core.py'),
                                'worldlab.core.image_ink': ('core.html#image_ink', 'worldlab/core.py'),
+                               'worldlab.core.ini_parser': ('core.html#ini_parser', 'worldlab/core.py'),
                                'worldlab.core.load_preset': ('core.html#load_preset', 'worldlab/core.py'),
                                'worldlab.core.load_presets': ('core.html#load_presets', 'worldlab/core.py'),
                                'worldlab.core.make_run_id': ('core.html#make_run_id', 'worldlab/core.py'),

@@ -10,7 +10,7 @@ import dataclasses, types, typing
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 
-from .core import _key_line, load_preset, project_root
+from .core import _key_line, ini_parser, load_preset, project_root
 
 # %% auto #0
 __all__ = ['TrainConfig', 'RunConfig', 'field_types', 'check_value', 'split', 'flat', 'resolve', 'fields_help']
@@ -127,8 +127,7 @@ def flat(tc:TrainConfig, rc:RunConfig) -> dict:
 # %% ../nbs/00a_config.ipynb #7199d08f
 def _where(path:Path, preset:str, key:str) -> str:
     "`file:line: [preset] ` for a preset's key (the line of the section that sets it, following `inherit`)."
-    import configparser
-    cp = configparser.ConfigParser(interpolation=None, inline_comment_prefixes=('#', ';'), default_section='\0')
+    cp = ini_parser()
     cp.read(path)
     sec = preset
     while sec in cp and key not in cp[sec] and 'inherit' in cp[sec]: sec = cp[sec]['inherit']
@@ -143,11 +142,11 @@ def resolve(preset:str|None=None, # a settings.ini preset (None: the dataclass d
     vals = {}
     if preset:
         path = Path(path) if path is not None else (project_root() or Path.cwd())/'settings.ini'
-        for k, v in load_preset(preset, path).items():
-            where = _where(path, preset, k)
-            if k not in field_types(): raise ValueError(f"{where}{k} is not a training setting; valid: "
-                                                        f"{', '.join(field_types())}")
-            vals[k] = check_value(k, v, where)
+        for k, v in load_preset(preset, path).items():              # the file is read again only to place an error
+            if k not in field_types(): raise ValueError(f"{_where(path, preset, k)}{k} is not a training setting; "
+                                                        f"valid: {', '.join(field_types())}")
+            try: vals[k] = check_value(k, v)
+            except TypeError as e: raise TypeError(f"{_where(path, preset, k)}{e}") from None
     return split(vals | dict(overrides or {}), where='override: ' if overrides else '')
 
 # %% ../nbs/00a_config.ipynb #fb21079a

@@ -14,13 +14,13 @@ from pathlib import Path
 import numpy as np                  # torch is imported by the functions that use it: the command line starts without it
 
 # %% auto #0
-__all__ = ['PNG_RENDERERS', 'project_root', 'shared_dataset', 'parse_value', 'load_presets', 'load_preset', 'seed_everything',
-           'pick_device', 'pick_dtype', 'to_float', 'to_uint8', 'psnr', 'write_video', 'read_video', 'make_run_id',
-           'use_temporary_outputs', 'outputs_root', 'run_folder', 'save_json', 'RequestFailed', 'post_json',
-           'mpl_color', 'mpl_cmap', 'plain_text', 'fill_template', 'decode_arrays', 'figure_panels', 'panel_grid',
-           'category_ticks', 'draw_scatter', 'draw_bar', 'decode_image_source', 'draw_image', 'draw_heatmap',
-           'scene_axes_map', 'draw_scatter3d', 'histograms_as_heatmaps', 'figure_to_matplotlib', 'figure_png',
-           'image_ink', 'figure_html', 'SavedFigure', 'save_figure', 'wan_latent_shape']
+__all__ = ['PNG_RENDERERS', 'project_root', 'shared_dataset', 'parse_value', 'ini_parser', 'load_presets', 'load_preset',
+           'seed_everything', 'pick_device', 'pick_dtype', 'to_float', 'to_uint8', 'psnr', 'write_video', 'read_video',
+           'make_run_id', 'use_temporary_outputs', 'outputs_root', 'run_folder', 'save_json', 'RequestFailed',
+           'post_json', 'mpl_color', 'mpl_cmap', 'plain_text', 'fill_template', 'decode_arrays', 'figure_panels',
+           'panel_grid', 'category_ticks', 'draw_scatter', 'draw_bar', 'decode_image_source', 'draw_image',
+           'draw_heatmap', 'scene_axes_map', 'draw_scatter3d', 'histograms_as_heatmaps', 'figure_to_matplotlib',
+           'figure_png', 'image_ink', 'figure_html', 'SavedFigure', 'save_figure', 'wan_latent_shape']
 
 # %% ../nbs/00_core.ipynb #a90e2314
 def project_root(start:str|Path|None=None, # folder to start from (default: the current folder, then this file's)
@@ -69,13 +69,16 @@ def _key_line(path:Path, section:str, key:str) -> int|None:
         elif cur == section and re.match(rf'{re.escape(key)}\s*[=:]', s, re.I): return i
     return None
 
+def ini_parser() -> configparser.ConfigParser:
+    "The parser settings.ini is read with: no interpolation, `#`/`;` comments, `[DEFAULT]` a plain section."
+    return configparser.ConfigParser(interpolation=None, inline_comment_prefixes=('#', ';'), default_section='\0')
+
 def load_presets(path:str|Path|None=None, # an INI file (default: the project's settings.ini)
                 ) -> dict[str, dict]:
     "Presets in `path` as `{name: {key: typed value}}`: `[DEFAULT]`, then the preset it `inherit`s, then its own keys."
     path = Path(path) if path is not None else (project_root() or Path.cwd())/'settings.ini'
     if not path.exists(): raise FileNotFoundError(f"No presets file at {path}: pass the path to a settings.ini")
-    # [DEFAULT] as a plain section
-    cp = configparser.ConfigParser(interpolation=None, inline_comment_prefixes=('#', ';'), default_section='\0')
+    cp = ini_parser()
     try: cp.read(path)
     except configparser.Error as e: raise ValueError(f"{path}: {e}") from None
     own = {sec: dict(cp[sec]) for sec in cp.sections()}
