@@ -122,7 +122,9 @@ def test_ctrl_c_is_recorded_as_an_interrupted_run_in_one_line(tmp_path):
     run_notebook(tmp_path/'nbs', 'sleepy', 'import pathlib, time\npathlib.Path(run_dir, "started").write_text("")\ntime.sleep(600)')
     p = subprocess.Popen([str(WORLDLAB), 'run', 'sleepy', '--nbs', str(tmp_path/'nbs'), '--out', str(tmp_path/'out'),
                           '--run-id', 'r1', '--quiet'], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                         text=True, start_new_session=True)
+                         text=True, start_new_session=True,
+                         # as in a terminal: a shell's background job (`cmd &`, nohup) inherits SIGINT ignored
+                         preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     d = tmp_path/'out'/'sleepy'/'r1'
     t0 = time.time()
     while not (d/'started').exists():                            # the kernel is inside the long cell
