@@ -141,6 +141,27 @@ def test_ctrl_c_is_recorded_as_an_interrupted_run_in_one_line(tmp_path):
     assert nb['metadata']['papermill']['exception'] is True
 
 
+def test_sigterm_is_recorded_as_an_interrupted_run(tmp_path):
+    "A batch scheduler's pre-emption (SLURM sends SIGTERM to the job's processes) or `kill`: recorded, not lost."
+    run_notebook(tmp_path/'nbs', 'sleepy', 'import pathlib, time\npathlib.Path(run_dir, "started").write_text("")\ntime.sleep(600)')
+    p = subprocess.Popen([str(WORLDLAB), 'run', 'sleepy', '--nbs', str(tmp_path/'nbs'), '--out', str(tmp_path/'out'),
+                          '--run-id', 'r1', '--quiet'], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                         text=True, start_new_session=True)
+    d = tmp_path/'out'/'sleepy'/'r1'
+    t0 = time.time()
+    while not (d/'started').exists():
+        assert p.poll() is None and time.time() - t0 < 600, p.communicate()
+        time.sleep(0.2)
+    os.killpg(p.pid, signal.SIGTERM)                             # the whole group, kernel included, as a scheduler does
+    out, err = p.communicate(timeout=600)
+    assert p.returncode == 143, (p.returncode, out, err)
+    lines = [l for l in err.splitlines() if l.strip()]
+    assert len(lines) == 1 and 'terminated (SIGTERM) in cell 3' in lines[0] and '--run-id r1' in lines[0], err
+    status = json.loads((d/'status.json').read_text())
+    assert status['state'] == 'interrupted' and status['ok'] is False, status
+    assert json.loads((d/'sleepy.ipynb').read_text())['metadata']['papermill']['exception'] is True
+
+
 def test_bad_parameters_are_refused_before_a_run_folder_exists(tmp_path):
     for bad, valid in (('18', 'use 17 or 21'), ('-5', '1, 5, 9, ...')):
         r = worldlab('run', 'walkthrough', '--preset', 'tiny', '-p', 'num_frames', bad, '--out', tmp_path, '--quiet')

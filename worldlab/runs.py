@@ -215,13 +215,26 @@ def mark_interrupted(nb_path:Path) -> int|None:
     nb_path.write_text(json.dumps(nb, indent=1))
     return None if stopped is None else sum(c['cell_type'] == 'code' for c in nb['cells'][:stopped + 1])
 
+def _main_thread() -> bool: return threading.current_thread() is threading.main_thread()
+
 class _NoInterrupts:
-    "Ignore Ctrl-C while bookkeeping is written (main thread only)."
+    "Ignore Ctrl-C and SIGTERM while bookkeeping is written (main thread only)."
     def __enter__(self):
-        self.old = (signal.signal(signal.SIGINT, signal.SIG_IGN)
-                    if threading.current_thread() is threading.main_thread() else None)
+        sigs = (signal.SIGINT, signal.SIGTERM) if _main_thread() else ()
+        self.old = {s: signal.signal(s, signal.SIG_IGN) for s in sigs}
     def __exit__(self, *exc):
-        if self.old is not None: signal.signal(signal.SIGINT, self.old)
+        for s, h in self.old.items(): signal.signal(s, h)
+
+class _Terminated(KeyboardInterrupt):
+    "SIGTERM: a batch scheduler's pre-emption (SLURM signals every process of the job) or `kill`."
+
+class _TermIsInterrupt:
+    "While a run executes, SIGTERM stops it the way Ctrl-C does, so the run is recorded as interrupted (main thread)."
+    def __enter__(self):
+        def stop(signum, frame): raise _Terminated()
+        self.old = signal.signal(signal.SIGTERM, stop) if _main_thread() else None
+    def __exit__(self, *exc):
+        if self.old is not None: signal.signal(signal.SIGTERM, self.old)
 
 # %% ../nbs/00b_runs.ipynb #7370414c
 @dataclass
@@ -251,7 +264,7 @@ def execute_run(name:str, # a run notebook name (see `list_runs`)
                 progress:bool=True, # papermill's progress bar
                 force:bool=False, # run a finished run again, or change its values, in its folder
                ) -> RunResult:
-    "Execute run notebook `name` with papermill into `outputs/<name>/<run-id>/`; failures and Ctrl-C kept, not raised."
+    "Execute run notebook `name` with papermill into `outputs/<name>/<run-id>/`; failures, Ctrl-C and SIGTERM kept, not raised."
     runs = list_runs(nbs)
     if name not in runs: raise KeyError(f"no run notebook {name!r}; available: {', '.join(runs)}")
     src = runs[name]
@@ -262,12 +275,14 @@ def execute_run(name:str, # a run notebook name (see `list_runs`)
     save_json(rec, rd/'params.json')
     t0, started = time.time(), time.strftime('%Y-%m-%dT%H:%M:%S')
     save_json(dict(state='running', ok=False, pid=os.getpid(), started=started), rd/'status.json')
-    try: err = _papermill(src, rd/f'{name}.ipynb', rec['parameters'], rec['cwd'],
-                          progress); state = 'failed' if err else 'done'
-    except KeyboardInterrupt:
+    try:
+        with _TermIsInterrupt(): err = _papermill(src, rd/f'{name}.ipynb', rec['parameters'], rec['cwd'], progress)
+        state = 'failed' if err else 'done'
+    except KeyboardInterrupt as e:                      # Ctrl-C, or SIGTERM (`_Terminated`)
         with _NoInterrupts():
             cell = mark_interrupted(rd/f'{name}.ipynb')
-        err, state = 'interrupted' + (f' in cell {cell}' if cell is not None else ''), 'interrupted'
+        how = 'terminated (SIGTERM)' if isinstance(e, _Terminated) else 'interrupted'
+        err, state = how + (f' in cell {cell}' if cell is not None else ''), 'interrupted'
     res = RunResult(name, rd, state, err, time.time() - t0, rec['parameters'], _warnings(rd))
     with _NoInterrupts(): save_json(dict(state=state, ok=res.ok, error=err, started=started, seconds=res.seconds),
                                     rd/'status.json')
@@ -349,7 +364,7 @@ def _report(a, res:RunResult) -> int:
     if res.state == 'interrupted':
         print(f"{a.name}: {res.error} after {res.seconds:.1f}s; partial results in {res.run_dir}; resume with "
               f"`worldlab run {a.name} --run-id {res.run_dir.name}`", file=sys.stderr)
-        return 130
+        return 143 if (res.error or '').startswith('terminated') else 130    # 128 + the signal, as a shell reports it
     print(f"{a.name}: FAILED at {res.error}\n  partial notebook kept in {res.run_dir/(a.name + '.ipynb')}",
           file=sys.stderr)
     return 1
