@@ -323,6 +323,7 @@ d = { 'settings': {'branch': 'main', 'doc_baseurl': '/', 'doc_host': '', 'git_ur
                                   'worldlab.miniwan.evaluate_videos': ('miniwan.html#evaluate_videos', 'worldlab/miniwan.py'),
                                   'worldlab.miniwan.flow_matching_loss': ('miniwan.html#flow_matching_loss', 'worldlab/miniwan.py'),
                                   'worldlab.miniwan.generate': ('miniwan.html#generate', 'worldlab/miniwan.py'),
+                                  'worldlab.miniwan.image_stats': ('miniwan.html#image_stats', 'worldlab/miniwan.py'),
                                   'worldlab.miniwan.initial_latents': ('miniwan.html#initial_latents', 'worldlab/miniwan.py'),
                                   'worldlab.miniwan.load_clips': ('miniwan.html#load_clips', 'worldlab/miniwan.py'),
                                   'worldlab.miniwan.load_ema': ('miniwan.html#load_ema', 'worldlab/miniwan.py'),

@@ -23,12 +23,12 @@ from .sampler import sample
 from .warp import camera_noise
 
 # %% auto #0
-__all__ = ['DENOISING_LABEL', 'caption_words', 'corpus_vocabulary', 'word_tokenizer', 'MiniWanConfig', 'build_mini_wan',
-           'count_parameters', 'mini_wan_dir', 'load_mini_wan', 'Clips', 'load_clips', 'to_vae', 'lr_at', 'train_loop',
-           'load_ema', 'vae_loss', 'vae_batches', 'vae_roundtrip', 'scene_caption', 'training_caption', 'shifted_sigma',
-           'training_noise', 'flow_matching_loss', 'encode_clips', 'set_latent_stats', 'normalise', 'initial_latents',
-           'generate', 'video_grid', 'denoising_quality', 'mini_prompts', 'evaluate_videos', 'save_adapter',
-           'load_rl_adapter']
+__all__ = ['DENOISING_LABEL', 'IMAGE_STATS', 'caption_words', 'corpus_vocabulary', 'word_tokenizer', 'MiniWanConfig',
+           'build_mini_wan', 'count_parameters', 'mini_wan_dir', 'load_mini_wan', 'Clips', 'load_clips', 'to_vae',
+           'lr_at', 'train_loop', 'load_ema', 'vae_loss', 'vae_batches', 'vae_roundtrip', 'scene_caption',
+           'training_caption', 'shifted_sigma', 'training_noise', 'flow_matching_loss', 'encode_clips',
+           'set_latent_stats', 'normalise', 'initial_latents', 'generate', 'video_grid', 'denoising_quality',
+           'mini_prompts', 'image_stats', 'evaluate_videos', 'save_adapter', 'load_rl_adapter']
 
 # %% ../nbs/11b_miniwan.ipynb #5de60779
 def caption_words(captions:list[str]) -> list[str]:
@@ -371,23 +371,36 @@ def mini_prompts(n_main:int=400, n_dynamic:int=80, n_test:int=48, n_test_dynamic
     test, test_dyn = take(n_test, n_test_dynamic, 'test')
     return dict(main=main, dynamic=dyn, test=test, test_dynamic=test_dyn)
 
+# %% ../nbs/11b_miniwan.ipynb #4eab7aa2
+IMAGE_STATS = ['contrast', 'saturation', 'sharpness', 'temporal']
+
+def image_stats(videos:torch.Tensor) -> pd.DataFrame: # [B,F,3,H,W] in [0,1]
+    "One row per video: contrast, saturation, sharpness and temporal change (see above)."
+    v = videos.detach().float().cpu()
+    lum = (v*torch.tensor([0.299, 0.587, 0.114])[:, None, None]).sum(2)       # [B,F,H,W]
+    lap = (4*lum[..., 1:-1, 1:-1] - lum[..., :-2, 1:-1] - lum[..., 2:, 1:-1] - lum[..., 1:-1, :-2] - lum[..., 1:-1, 2:])
+    temporal = (v[:, 1:] - v[:, :-1]).abs().mean((1, 2, 3, 4)) if v.shape[1] > 1 else torch.zeros(len(v))
+    return pd.DataFrame(dict(contrast=lum.flatten(2).std(-1, correction=0).mean(1),
+                             saturation=(v.amax(2) - v.amin(2)).mean((1, 2, 3)),
+                             sharpness=lap.abs().mean((1, 2, 3)), temporal=temporal)).astype(float)
+
 # %% ../nbs/11b_miniwan.ipynb #deae3723
 def evaluate_videos(videos:torch.Tensor, prompts:list[str], # [B,F,3,H,W] in [0,1]; their captions
                     cache=None, # a rewards.ReconCache
                     lpips_model=None, # from metrics.load_lpips
                     quality=None, # a reward fn (R_gen)
                    ) -> pd.DataFrame:
-    "One row per video: recon_ok, PSNR, SSIM, LPIPS, s_traj, RotErr, TransErr, dynamics and r_gen."
+    "One row per video: recon_ok, PSNR, SSIM, LPIPS, s_traj, RotErr, TransErr, dynamics, r_gen and `IMAGE_STATS`."
     # lazy: the reward stack (metrics, rewards: reconstruction, LPIPS) is loaded only to evaluate a run
     from worldlab.metrics import camera_metrics, recon_metrics, trajectory_score
     from worldlab.rewards import ReconCache, consistency_rerender, dynamics_degree
     cache = cache or ReconCache('fit', depth_prior='procedural')
     rg = quality(videos, prompts, [{}]*len(prompts))[0] if quality is not None else torch.full((len(videos),), math.nan)
-    rows = []
-    for v, p, r in zip(videos, prompts, rg.tolist()):
+    rows, stats = [], image_stats(videos).to_dict('records')
+    for v, p, r, st in zip(videos, prompts, rg.tolist(), stats):
         traj = trajectory_from_prompt(p, v.shape[0], v.shape[2], v.shape[3])
         rec = cache(v, traj)
-        row = dict(prompt=p, recon_ok=rec.ok, r_gen=r)
+        row = dict(prompt=p, recon_ok=rec.ok, r_gen=r, **st)
         if rec.ok:
             row |= recon_metrics(v, consistency_rerender(rec, traj).to(v), lpips_model)
             row['s_traj'] = trajectory_score(rec.video_c2w, traj)[0]
