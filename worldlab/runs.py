@@ -264,7 +264,7 @@ def execute_run(name:str, # a run notebook name (see `list_runs`)
                 progress:bool=True, # papermill's progress bar
                 force:bool=False, # run a finished run again, or change its values, in its folder
                ) -> RunResult:
-    "Execute run notebook `name` with papermill into `outputs/<name>/<run-id>/`; failures, Ctrl-C and SIGTERM kept, not raised."
+    "Execute run notebook `name` with papermill into `outputs/<name>/<run-id>/`; failures, Ctrl-C, SIGTERM kept."
     runs = list_runs(nbs)
     if name not in runs: raise KeyError(f"no run notebook {name!r}; available: {', '.join(runs)}")
     src = runs[name]
