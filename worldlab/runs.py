@@ -215,6 +215,8 @@ def mark_interrupted(nb_path:Path) -> int|None:
     nb_path.write_text(json.dumps(nb, indent=1))
     return None if stopped is None else sum(c['cell_type'] == 'code' for c in nb['cells'][:stopped + 1])
 
+
+# %% ../nbs/00b_runs.ipynb #98a2eb59
 def _main_thread() -> bool: return threading.current_thread() is threading.main_thread()
 
 class _NoInterrupts:
