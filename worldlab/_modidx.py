@@ -535,6 +535,8 @@ d = { 'settings': {'branch': 'main', 'doc_baseurl': '/', 'doc_host': '', 'git_ur
                                  'worldlab.scenes._assemble': ('scenes.html#_assemble', 'worldlab/scenes.py'),
                                  'worldlab.scenes._billboard': ('scenes.html#_billboard', 'worldlab/scenes.py'),
                                  'worldlab.scenes._blend_poses': ('scenes.html#_blend_poses', 'worldlab/scenes.py'),
+                                 'worldlab.scenes._blur': ('scenes.html#_blur', 'worldlab/scenes.py'),
+                                 'worldlab.scenes._fade': ('scenes.html#_fade', 'worldlab/scenes.py'),
                                  'worldlab.scenes._fantasy_surrealism': ('scenes.html#_fantasy_surrealism', 'worldlab/scenes.py'),
                                  'worldlab.scenes._frame_quats': ('scenes.html#_frame_quats', 'worldlab/scenes.py'),
                                  'worldlab.scenes._frame_shuffle': ('scenes.html#_frame_shuffle', 'worldlab/scenes.py'),

@@ -369,6 +369,24 @@ def _object_motion(world, traj, clean, s, g, bg):
         return replace(G, means=m)
     return _per_frame(world, traj, scene, bg), dict(part=world.subject)
 
+# %% ../nbs/05_scenes.ipynb #b29c2185
+def _blur(world, traj, clean, s, g, bg):
+    "Every frame convolved with a normalised Gaussian of sigma `s` pixels (reflected borders)."
+    if s == 0: return clean.copy(), {}
+    r = max(1, math.ceil(3*s))
+    k = torch.exp(-torch.arange(-r, r + 1, dtype=torch.float32)**2/(2*s*s)); k = k/k.sum()
+    x = torch.from_numpy(clean).float().permute(0, 3, 1, 2)                   # [F,3,H,W]
+    x = torch.nn.functional.pad(x, (r, r, r, r), mode='reflect')
+    x = torch.nn.functional.conv2d(x, k.view(1, 1, 1, -1).expand(3, 1, 1, -1), groups=3)   # rows
+    x = torch.nn.functional.conv2d(x, k.view(1, 1, -1, 1).expand(3, 1, -1, 1), groups=3)   # columns
+    return x.permute(0, 2, 3, 1).round().clamp(0, 255).to(torch.uint8).numpy(), dict(sigma_px=s)
+
+def _fade(world, traj, clean, s, g, bg):
+    "Every frame a fraction `s` of the way to its mean luminance: contrast and saturation scale by 1 - s."
+    x = clean.astype(np.float32)
+    grey = (x @ np.array([0.299, 0.587, 0.114], np.float32)).mean((1, 2))[:, None, None, None]   # [F,1,1,1]
+    return np.clip(np.round(grey + (1 - s)*(x - grey)), 0, 255).astype(np.uint8), {}
+
 # %% ../nbs/05_scenes.ipynb #1cb3beb4
 INTERVENTIONS = {  # name: (function, property, legitimate, default strength)
     'frame_shuffle': (_frame_shuffle, 'temporal_order', False, 0.5),
@@ -380,6 +398,8 @@ INTERVENTIONS = {  # name: (function, property, legitimate, default strength)
     'billboard': (_billboard, 'depth_structure', False, 1.0),
     'trajectory_drift': (_trajectory_drift, 'trajectory_following', False, 15.0),
     'object_motion': (_object_motion, 'scene_dynamics', True, 0.3),
+    'blur': (_blur, 'sharpness', True, 0.8),
+    'fade': (_fade, 'contrast_and_colour', True, 0.15),
 }
 
 # %% ../nbs/05_scenes.ipynb #a750ac44
