@@ -375,7 +375,7 @@ def _blur(world, traj, clean, s, g, bg):
     if s == 0: return clean.copy(), {}
     r = max(1, math.ceil(3*s))
     k = torch.exp(-torch.arange(-r, r + 1, dtype=torch.float32)**2/(2*s*s)); k = k/k.sum()
-    x = torch.from_numpy(clean).float().permute(0, 3, 1, 2)                   # [F,3,H,W]
+    x = torch.from_numpy(np.ascontiguousarray(clean)).float().permute(0, 3, 1, 2)   # [F,3,H,W]
     x = torch.nn.functional.pad(x, (r, r, r, r), mode='reflect')
     x = torch.nn.functional.conv2d(x, k.view(1, 1, 1, -1).expand(3, 1, 1, -1), groups=3)   # rows
     x = torch.nn.functional.conv2d(x, k.view(1, 1, -1, 1).expand(3, 1, -1, 1), groups=3)   # columns
