@@ -70,13 +70,16 @@ def build_rewards(weights:dict, rc:RunConfig, policy=None) -> dict: # policy: fo
     if rc.judge_url:
         from worldlab.judge import OpenAIBackend   # lazy: a VLM judge backend, only for S_meta
         judge = OpenAIBackend(rc.judge_url)
-    mini = rc.rgen == 'mini'
-    if mini and policy is None: raise ValueError("rgen='mini' scores with the base mini-Wan: pass the policy")
+    mini = rc.rgen in ('mini', 'critic')   # the miniature's stand-ins: base likelihood, learned critic
+    if rc.rgen == 'mini' and policy is None: raise ValueError("rgen='mini' scores with the base mini-Wan: pass the policy")
     heavy = make_rewards(rc.recon, rc.lpips, judge, None if mini else (rc.rgen or None), device=rc.device,
                          recon_opts=dict(rc.recon_opts), parts=dict(rc.r3d_parts) or None, form=rc.reward_form)
-    if mini:
+    if rc.rgen == 'mini':
         from worldlab.miniwan import denoising_quality   # lazy: miniwan, only for rgen='mini'
         heavy['reward_general'] = denoising_quality(policy)
+    if rc.rgen == 'critic':
+        from worldlab.critic import critic_quality   # lazy: the learned critic, only for rgen='critic'
+        heavy['reward_general'] = critic_quality()
     missing = [k for k in want if k not in heavy]
     if missing: raise ValueError(f"rewards {missing} are not available: known {sorted(reg | heavy)} "
                                  "(reward_general needs rgen=hpsv3 or a reward_url service)")
