@@ -112,7 +112,8 @@ def train_critic(real:torch.Tensor, # uint8 [N,F,H,W,3] corpus clips
     def loss_fn(step, g):
         x, y = critic_batch(real, generated, g, batch, gen_share)
         logit = critic(x)
-        return F.binary_cross_entropy_with_logits(logit, y), dict(accuracy=float(((logit > 0).float() == y).float().mean()))
+        accuracy = float(((logit > 0).float() == y).float().mean())
+        return F.binary_cross_entropy_with_logits(logit, y), dict(accuracy=accuracy)
     hist, ema = train_loop(critic, loss_fn, steps, ckpt, lr=lr, warmup=min(50, steps//10 + 1), seed=seed,
                            progress=progress, desc='critic')
     return load_ema(critic, ema).eval(), hist
@@ -126,8 +127,8 @@ def critic_dir() -> Path:
     if os.environ.get('WORLDLAB_MINI_CRITIC'): return Path(os.environ['WORLDLAB_MINI_CRITIC'])
     root = project_root()
     if root is None:
-        raise FileNotFoundError("the critic ships in a worldlab checkout's data/mini_critic: run inside the checkout or "
-                                "set WORLDLAB_MINI_CRITIC")
+        raise FileNotFoundError("the critic ships in a worldlab checkout's data/mini_critic: run inside the checkout "
+                                "or set WORLDLAB_MINI_CRITIC")
     return root/'data'/'mini_critic'
 
 def save_critic(critic:ClipCritic, folder:str|Path, **info) -> Path: # info: what it was trained on, for critic.json

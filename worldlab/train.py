@@ -71,7 +71,8 @@ def build_rewards(weights:dict, rc:RunConfig, policy=None) -> dict: # policy: fo
         from worldlab.judge import OpenAIBackend   # lazy: a VLM judge backend, only for S_meta
         judge = OpenAIBackend(rc.judge_url)
     mini = rc.rgen in ('mini', 'critic')   # the miniature's stand-ins: base likelihood, learned critic
-    if rc.rgen == 'mini' and policy is None: raise ValueError("rgen='mini' scores with the base mini-Wan: pass the policy")
+    if rc.rgen == 'mini' and policy is None:
+        raise ValueError("rgen='mini' scores with the base mini-Wan: pass the policy")
     heavy = make_rewards(rc.recon, rc.lpips, judge, None if mini else (rc.rgen or None), device=rc.device,
                          recon_opts=dict(rc.recon_opts), parts=dict(rc.r3d_parts) or None, form=rc.reward_form)
     if rc.rgen == 'mini':
