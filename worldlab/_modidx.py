@@ -352,6 +352,7 @@ d = { 'settings': {'branch': 'main', 'doc_baseurl': '/', 'doc_host': '', 'git_ur
                                   'worldlab.miniwan.scene_caption': ('miniwan.html#scene_caption', 'worldlab/miniwan.py'),
                                   'worldlab.miniwan.set_latent_stats': ('miniwan.html#set_latent_stats', 'worldlab/miniwan.py'),
                                   'worldlab.miniwan.shifted_sigma': ('miniwan.html#shifted_sigma', 'worldlab/miniwan.py'),
+                                  'worldlab.miniwan.shipped_dir': ('miniwan.html#shipped_dir', 'worldlab/miniwan.py'),
                                   'worldlab.miniwan.to_vae': ('miniwan.html#to_vae', 'worldlab/miniwan.py'),
                                   'worldlab.miniwan.train_loop': ('miniwan.html#train_loop', 'worldlab/miniwan.py'),
                                   'worldlab.miniwan.training_caption': ('miniwan.html#training_caption', 'worldlab/miniwan.py'),

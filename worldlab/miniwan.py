@@ -24,8 +24,8 @@ from .warp import camera_noise
 
 # %% auto #0
 __all__ = ['DENOISING_LABEL', 'IMAGE_STATS', 'caption_words', 'corpus_vocabulary', 'word_tokenizer', 'MiniWanConfig',
-           'build_mini_wan', 'count_parameters', 'mini_wan_dir', 'load_mini_wan', 'Clips', 'load_clips', 'to_vae',
-           'lr_at', 'train_loop', 'load_ema', 'vae_loss', 'vae_batches', 'vae_roundtrip', 'scene_caption',
+           'build_mini_wan', 'count_parameters', 'shipped_dir', 'mini_wan_dir', 'load_mini_wan', 'Clips', 'load_clips',
+           'to_vae', 'lr_at', 'train_loop', 'load_ema', 'vae_loss', 'vae_batches', 'vae_roundtrip', 'scene_caption',
            'training_caption', 'shifted_sigma', 'training_noise', 'flow_matching_loss', 'encode_clips',
            'set_latent_stats', 'normalise', 'initial_latents', 'generate', 'video_grid', 'denoising_quality',
            'mini_prompts', 'image_stats', 'evaluate_videos', 'save_adapter', 'load_rl_adapter']
@@ -94,14 +94,18 @@ def count_parameters(pipe) -> dict:
     return {k: sum(p.numel() for p in getattr(pipe, k).parameters())/1e6 for k in parts}
 
 # %% ../nbs/11b_miniwan.ipynb #934b9616
-def mini_wan_dir() -> Path:
-    "Where the shipped mini-Wan lives: `<project>/data/mini_wan` (or `$WORLDLAB_MINI_WAN`)."
-    if os.environ.get('WORLDLAB_MINI_WAN'): return Path(os.environ['WORLDLAB_MINI_WAN'])
+def shipped_dir(name:str, env:str) -> Path: # a folder under data/; the environment variable that overrides it
+    "Where shipped weights live: `<project>/data/<name>`, or the folder in `$<env>`."
+    if os.environ.get(env): return Path(os.environ[env])
     root = project_root()
     if root is None:
-        raise FileNotFoundError("mini-Wan ships in a worldlab checkout's data/mini_wan: run inside the checkout or set "
-                                "WORLDLAB_MINI_WAN")
-    return root/'data'/'mini_wan'
+        raise FileNotFoundError(f"{name} ships in a worldlab checkout's data/{name}: run inside the checkout or set "
+                                f"{env}")
+    return root/'data'/name
+
+def mini_wan_dir() -> Path:
+    "Where the shipped mini-Wan lives: `<project>/data/mini_wan` (or `$WORLDLAB_MINI_WAN`)."
+    return shipped_dir('mini_wan', 'WORLDLAB_MINI_WAN')
 
 def load_mini_wan(path:str|Path|None=None, device='cpu') -> WanPolicy:
     "The trained mini-Wan as a `WanPolicy` (fp32)."
