@@ -147,7 +147,6 @@ d = { 'settings': {'branch': 'main', 'doc_baseurl': '/', 'doc_host': '', 'git_ur
             'worldlab.critic': { 'worldlab.critic.ClipCritic': ('critic.html#clipcritic', 'worldlab/critic.py'),
                                  'worldlab.critic.ClipCritic.__init__': ('critic.html#clipcritic.__init__', 'worldlab/critic.py'),
                                  'worldlab.critic.ClipCritic.forward': ('critic.html#clipcritic.forward', 'worldlab/critic.py'),
-                                 'worldlab.critic._floats': ('critic.html#_floats', 'worldlab/critic.py'),
                                  'worldlab.critic._uniform': ('critic.html#_uniform', 'worldlab/critic.py'),
                                  'worldlab.critic.critic_batch': ('critic.html#critic_batch', 'worldlab/critic.py'),
                                  'worldlab.critic.critic_dir': ('critic.html#critic_dir', 'worldlab/critic.py'),

@@ -12,7 +12,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from .core import save_json
+from .core import save_json, to_float
 from .miniwan import load_ema, shipped_dir, train_loop
 
 # %% auto #0
@@ -82,8 +82,6 @@ def jitter(video:torch.Tensor, g:torch.Generator) -> torch.Tensor: # [F,3,H,W] i
 CORRUPTIONS = dict(soften=soften, dull=dull, flicker=flicker, jitter=jitter)
 
 # %% ../nbs/11c_critic.ipynb #e290f945
-def _floats(frames:torch.Tensor) -> torch.Tensor: return frames.permute(0, 1, 4, 2, 3).float()/255   # uint8 [B,F,H,W,3]
-
 def critic_batch(real:torch.Tensor, # uint8 [N,F,H,W,3] corpus clips
                  generated:torch.Tensor|None, # uint8 [M,F,H,W,3] mini-Wan samples, or None: corruptions only
                  g:torch.Generator, batch:int=32, gen_share:float=0.5) -> tuple[torch.Tensor, torch.Tensor]:
@@ -93,10 +91,9 @@ def critic_batch(real:torch.Tensor, # uint8 [N,F,H,W,3] corpus clips
     idx = torch.randint(0, len(real), (batch - n_gen,), generator=g)
     kinds = list(CORRUPTIONS)
     bad = [CORRUPTIONS[kinds[int(torch.randint(0, len(kinds), (), generator=g))]](v, g)
-           for v in _floats(real[idx[half:]])]
-    parts = [_floats(real[idx[:half]])] + ([_floats(generated[torch.randint(0, len(generated), (n_gen,), generator=g)])]
-                                           if n_gen else []) + [torch.stack(bad)]
-    x = torch.cat(parts)
+           for v in to_float(real[idx[half:]])]
+    samples = [to_float(generated[torch.randint(0, len(generated), (n_gen,), generator=g)])] if n_gen else []
+    x = torch.cat([to_float(real[idx[:half]])] + samples + [torch.stack(bad)])
     mirror = torch.rand(len(x), generator=g) < 0.5
     x[mirror] = x[mirror].flip(-1)
     return x, torch.cat([torch.ones(half), torch.zeros(batch - half)])
