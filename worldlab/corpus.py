@@ -23,9 +23,10 @@ from .scenes import (CATEGORIES, World, scene_category, box, column, make_world,
 from .splat import concat
 
 # %% auto #0
-__all__ = ['COLOURS', 'SHAPES', 'TEST_SUBJECTS', 'PLACES', 'WORLD_SEEDS', 'DYNAMICS', 'MOVING', 'subjects', 'subject_gaussians',
-           'corpus_world', 'moving_subject', 'ClipSpec', 'caption_for', 'plan_corpus', 'render_clip', 'clip_path',
-           'write_corpus', 'read_corpus', 'frame_strip', 'markdown_table', 'corpus_card']
+__all__ = ['COLOURS', 'SHAPES', 'TEST_SUBJECTS', 'PLACES', 'WORLD_SEEDS', 'DYNAMICS', 'MOVING', 'LAYOUT_FILE', 'subjects',
+           'subject_gaussians', 'corpus_world', 'moving_subject', 'ClipSpec', 'caption_for', 'plan_corpus',
+           'render_clip', 'layout_depth', 'load_layout_depth', 'clip_path', 'write_corpus', 'read_corpus',
+           'frame_strip', 'markdown_table', 'corpus_card']
 
 # %% ../nbs/06b_corpus.ipynb #e0a5b2cb
 COLOURS = {'red': (0.85, 0.12, 0.1), 'green': (0.15, 0.7, 0.2), 'blue': (0.15, 0.3, 0.9),
@@ -160,6 +161,38 @@ def render_clip(spec:ClipSpec, num_frames:int=17, H:int=64, W:int=64, spacing:fl
     if not spec.dynamic: return render_video(world, traj), traj
     scene = moving_subject(world, spec.dynamic, spec.sign)
     return render_video([scene(t/(num_frames - 1)) for t in range(num_frames)], traj), traj
+
+# %% ../nbs/06b_corpus.ipynb #9318f809
+LAYOUT_FILE = 'data/depth_prior/layout64.pt'
+
+def layout_depth(n:int=100, # training worlds (every 4th clip of the default plan, in plan order)
+                 H:int=64, W:int=64, spacing:float=0.04) -> torch.Tensor:
+    "Median first-frame depth `[H,W]` over `n` training worlds, in units of z_ref."
+    from worldlab.splat import render
+    specs = [s for s in plan_corpus() if s.split == 'train'][::4][:n]
+    if len(specs) < n: raise ValueError(f"the default plan has {len(specs)} training worlds at every 4th clip, asked for {n}")
+    depths = []
+    for s in specs:
+        tr = trajectory_from_prompt(s.caption, 17, H, W)
+        r = render(corpus_world(s.category, s.world_seed, s.colour, s.shape, spacing).gaussians,
+                   tr.c2w[0].float(), tr.K.float(), H, W)
+        depths.append(torch.where(r.alpha > 0.5, r.depth, torch.full_like(r.depth, float('nan'))))   # sky: no depth
+    med = torch.nanmedian(torch.stack(depths), 0).values
+    seen = ~med.isnan()                                                  # pixels no world covers: the farthest depth
+    return torch.where(seen, med, med[seen].max() if seen.any() else torch.tensor(1.0))
+
+def load_layout_depth(path:str|Path|None=None) -> torch.Tensor:
+    "The shipped corpus layout depth `[64,64]` (or the file at `path`)."
+    from worldlab.core import project_root
+    path = Path(path) if path else project_root()/LAYOUT_FILE
+    if not path.exists():
+        raise FileNotFoundError(f"no layout depth at {path}: make it with `torch.save(corpus.layout_depth(), path)` "
+                                f"(about 10 s), or pass the path of one")
+    d = torch.load(path, map_location='cpu', weights_only=True)
+    if d.ndim != 2 or not (torch.isfinite(d).all() and (d > 0).all()):
+        raise ValueError(f"{path}: a layout depth must be [H,W], finite and positive; got {tuple(d.shape)}")
+    return d
+
 
 # %% ../nbs/06b_corpus.ipynb #62362d47
 def clip_path(folder:str|Path, spec:ClipSpec) -> Path: return Path(folder)/spec.split/f'{spec.id}.mp4'

@@ -16,14 +16,14 @@ import torch.nn.functional as F
 
 from .camera import PRIMITIVES, trajectory_from_prompt
 from .core import project_root, read_video, save_json, to_uint8
-from .corpus import COLOURS, DYNAMICS, PLACES, SHAPES, plan_corpus, read_corpus
+from .corpus import COLOURS, DYNAMICS, PLACES, SHAPES, load_layout_depth, plan_corpus, read_corpus
 from .policy import WanPolicy
 from .prompts import camera_phrase
 from .sampler import sample
 from .warp import camera_noise
 
 # %% auto #0
-__all__ = ['DENOISING_LABEL', 'IMAGE_STATS', 'caption_words', 'corpus_vocabulary', 'word_tokenizer', 'MiniWanConfig',
+__all__ = ['NOISES', 'DENOISING_LABEL', 'IMAGE_STATS', 'caption_words', 'corpus_vocabulary', 'word_tokenizer', 'MiniWanConfig',
            'build_mini_wan', 'count_parameters', 'shipped_dir', 'mini_wan_dir', 'load_mini_wan', 'Clips', 'load_clips',
            'to_vae', 'lr_at', 'train_loop', 'load_ema', 'vae_loss', 'vae_batches', 'vae_roundtrip', 'scene_caption',
            'training_caption', 'shifted_sigma', 'training_noise', 'flow_matching_loss', 'encode_clips',
@@ -252,14 +252,17 @@ def shifted_sigma(u:torch.Tensor, shift:float) -> torch.Tensor:
     return shift*u/(1 + (shift - 1)*u)
 
 def training_noise(clips:Clips, idx:list[int], shape:tuple, warp_share:float, generator:torch.Generator,
-                   max_degradation:float=0.5, spatial:int=4) -> tuple[torch.Tensor, torch.Tensor]:
+                   max_degradation:float=0.5, spatial:int=4,
+                   depth:torch.Tensor|None=None, # warp by this first-frame depth (`warp.depth_warp`); None: one plane
+                  ) -> tuple[torch.Tensor, torch.Tensor]:
     ("Noise `[B,C,T,h,w]` for clips `idx` (warped along each clip's camera with probability `warp_share`) and which "
      "were warped.")
     out, warped = [], torch.rand(len(idx), generator=generator) < warp_share
     for i, w in zip(idx, warped.tolist()):
         if w:
             d = float(torch.rand((), generator=generator))*max_degradation
-            out.append(camera_noise(clips.trajectory(i), shape[0], 4, spatial, degradation=d, generator=generator))
+            out.append(camera_noise(clips.trajectory(i), shape[0], 4, spatial, degradation=d, generator=generator,
+                                      depth=depth))
         else: out.append(torch.randn(shape, generator=generator))
     return torch.stack(out), warped
 
@@ -294,17 +297,21 @@ def normalise(vae, latents:torch.Tensor) -> torch.Tensor:
     return (latents - mean)/std
 
 # %% ../nbs/11b_miniwan.ipynb #5b8a3fe5
+NOISES = ('plain', 'warped', 'layout')   # generate()'s initial noises
+
 def initial_latents(policy, prompts:list[str], seeds:list[int], num_frames:int=17, H:int=64, W:int=64,
                     noise:str='warped', degradation:float=0.0) -> torch.Tensor:
-    "Initial latents `[B,C,T,h,w]`: i.i.d. noise ('plain') or noise warped along each prompt's camera ('warped')."
-    if noise not in ('plain', 'warped'): raise ValueError(f"noise must be 'plain' or 'warped', got {noise!r}")
+    ("Initial latents `[B,C,T,h,w]`: i.i.d. noise ('plain'), noise warped along each prompt's camera by one plane "
+     "('warped', the paper's) or by the corpus's depth layout ('layout', `corpus.load_layout_depth`, worldlab's).")
+    if noise not in NOISES: raise ValueError(f"noise must be one of {', '.join(NOISES)}, got {noise!r}")
     shape = policy.latent_shape(num_frames, H, W)
+    depth = load_layout_depth() if noise == 'layout' else None
     out = []
     for p, s in zip(prompts, seeds):
         g = torch.Generator().manual_seed(s)
         if noise == 'plain': out.append(torch.randn(shape, generator=g))
         else: out.append(camera_noise(trajectory_from_prompt(p, num_frames, H, W), shape[0], *policy.vae_scale,
-                                      degradation=degradation, generator=g))
+                                      degradation=degradation, generator=g, depth=depth))
     return torch.stack(out)
 
 @torch.no_grad()

@@ -68,8 +68,11 @@ def surfels(points:torch.Tensor, t1:torch.Tensor, t2:torch.Tensor, # [N,3] centr
 
 # %% ../nbs/05_scenes.ipynb #54f415a0
 def patch(origin, u_axis, v_axis, # corner [3] and the two edges [3] of a parallelogram (world units)
-          spacing:float, kind:str, palette, seed:int=0, scale:float=0.15, generator=None) -> Gaussians:
+          spacing:float, kind:str, palette, seed:int=0, scale:float=0.15,
+          generator=None, # the position jitter's draws (default: a generator seeded by `seed`, never the global one)
+         ) -> Gaussians:
     "A textured planar patch of surfels."
+    if generator is None: generator = torch.Generator().manual_seed(seed)
     o, U, V = (torch.as_tensor(x, dtype=torch.float32) for x in (origin, u_axis, v_axis))
     nu, nv = max(2, int(U.norm()/spacing)), max(2, int(V.norm()/spacing))
     a, b = torch.meshgrid(torch.arange(nu) + 0.5, torch.arange(nv) + 0.5, indexing='ij')

@@ -19,9 +19,9 @@ from .core import wan_latent_shape
 
 # %% auto #0
 __all__ = ['WARP_METHODS', 'WARP_METHOD_ALIASES', 'realised_shift', 'frame_stats', 'anchored_warp', 'trajectory_homographies',
-           'aligned_correlation', 'quad_cell_overlap', 'quad_area', 'corner_quads', 'check_flow', 'integral_warp',
-           'DiscreteState', 'discrete_warp', 'sum_pool', 'warp_noise', 'mix_fresh', 'camera_noise', 'camera_latents',
-           'lowpass', 'inject_init', 'StepwiseDelta', 'stepwise_delta']
+           'depth_warp', 'aligned_correlation', 'quad_cell_overlap', 'quad_area', 'corner_quads', 'check_flow',
+           'integral_warp', 'DiscreteState', 'discrete_warp', 'sum_pool', 'warp_noise', 'mix_fresh', 'camera_noise',
+           'camera_latents', 'lowpass', 'inject_init', 'StepwiseDelta', 'stepwise_delta']
 
 # %% ../nbs/03_warp.ipynb #021a2b2f
 def realised_shift(a:torch.Tensor, b:torch.Tensor, # [C,H,W] consecutive frames
@@ -127,6 +127,30 @@ def _pool_cells(val:torch.Tensor, # [C,n] cell values (area 1, variance 1 each)
     return z.reshape(C, h, w)
 
 # %% ../nbs/03_warp.ipynb #8225530b
+def _anchored(pre:torch.Tensor, # [T,2,k] points bounding each frame's pre-image in the field (first-frame pixels)
+              cell_map, # cell_map(t, X [1,n], Y [m,1]) -> the homography of frame t at each cell: [3,3] or [3,3,m,n]
+              shape:tuple[int,int,int], s:int, generator, dtype, dev) -> torch.Tensor:
+    "Frames `[T,C,h,w]` of one white-noise field (`s x s` cells per pixel) carried by a per-cell homography."
+    C, h, w = shape
+    x_lo, y_lo = math.floor(min(0., float(pre[:, 0].min()))) - 1, math.floor(min(0., float(pre[:, 1].min()))) - 1
+    x_hi, y_hi = math.ceil(max(w, float(pre[:, 0].max()))) + 1, math.ceil(max(h, float(pre[:, 1].max()))) + 1
+    nx, ny = (x_hi - x_lo)*s, (y_hi - y_lo)*s
+    field = torch.randn(C, ny, nx, generator=generator, dtype=dtype, device=dev)   # each cell: area 1, variance 1
+    xs = x_lo + (torch.arange(nx, dtype=torch.float64, device=dev) + 0.5)/s
+    ys = y_lo + (torch.arange(ny, dtype=torch.float64, device=dev) + 0.5)/s
+    frames = []
+    for t in range(len(pre)):                                            # only the cells near this frame's pre-image
+        c0, c1 = (max(0, math.floor((float(pre[t, 0].min()) - x_lo)*s) - 1),
+                  min(nx, math.ceil((float(pre[t, 0].max()) - x_lo)*s) + 1))
+        r0, r1 = (max(0, math.floor((float(pre[t, 1].min()) - y_lo)*s) - 1),
+                  min(ny, math.ceil((float(pre[t, 1].max()) - y_lo)*s) + 1))
+        X, Y = xs[None, c0:c1], ys[r0:r1, None]
+        xq, yq, hx, hy = _footprints(cell_map(t, X, Y), X, Y, s)
+        keep = ((xq + hx > 0) & (xq - hx < w) & (yq + hy > 0) & (yq - hy < h)).nonzero()[:, 0]
+        val = field[:, r0:r1, c0:c1].reshape(C, -1)[:, keep]
+        frames.append(_pool_cells(val, xq[keep], yq[keep], hx[keep], hy[keep], h, w, generator))
+    return torch.stack(frames)
+
 def anchored_warp(homographies:torch.Tensor, # [T,3,3] first-frame pixel coords -> frame-t pixel coords
                   shape:tuple[int,int,int], # (C, h, w) of each frame
                   subpixel:int=4, # field cells per pixel along each axis
@@ -142,23 +166,7 @@ def anchored_warp(homographies:torch.Tensor, # [T,3,3] first-frame pixel coords 
     if Hs.ndim != 3 or Hs.shape[1:] != (3, 3): raise ValueError(f"homographies must be [T,3,3], got {tuple(Hs.shape)}")
     if not torch.isfinite(Hs).all(): raise ValueError("homographies hold NaN or inf")
     pre = _field_extent(torch.linalg.inv(Hs), h, w)                       # [T,2,4] frame corners in the field
-    x_lo, y_lo = math.floor(min(0., float(pre[:, 0].min()))) - 1, math.floor(min(0., float(pre[:, 1].min()))) - 1
-    x_hi, y_hi = math.ceil(max(w, float(pre[:, 0].max()))) + 1, math.ceil(max(h, float(pre[:, 1].max()))) + 1
-    nx, ny = (x_hi - x_lo)*s, (y_hi - y_lo)*s
-    field = torch.randn(C, ny, nx, generator=generator, dtype=dtype, device=dev)   # each cell: area 1, variance 1
-    xs = x_lo + (torch.arange(nx, dtype=torch.float64, device=dev) + 0.5)/s
-    ys = y_lo + (torch.arange(ny, dtype=torch.float64, device=dev) + 0.5)/s
-    frames = []
-    for t, Ht in enumerate(Hs):                                          # only the cells near this frame's pre-image
-        c0, c1 = (max(0, math.floor((float(pre[t, 0].min()) - x_lo)*s) - 1),
-                  min(nx, math.ceil((float(pre[t, 0].max()) - x_lo)*s) + 1))
-        r0, r1 = (max(0, math.floor((float(pre[t, 1].min()) - y_lo)*s) - 1),
-                  min(ny, math.ceil((float(pre[t, 1].max()) - y_lo)*s) + 1))
-        xq, yq, hx, hy = _footprints(Ht, xs[None, c0:c1], ys[r0:r1, None], s)
-        keep = ((xq + hx > 0) & (xq - hx < w) & (yq + hy > 0) & (yq - hy < h)).nonzero()[:, 0]
-        val = field[:, r0:r1, c0:c1].reshape(C, -1)[:, keep]
-        frames.append(_pool_cells(val, xq[keep], yq[keep], hx[keep], hy[keep], h, w, generator))
-    return torch.stack(frames)
+    return _anchored(pre, lambda t, X, Y: Hs[t], shape, s, generator, dtype, dev)
 
 # %% ../nbs/03_warp.ipynb #0c0521ae
 def trajectory_homographies(traj:Trajectory, # poses of the frames to warp between
@@ -171,6 +179,38 @@ def trajectory_homographies(traj:Trajectory, # poses of the frames to warp betwe
     Hs = [torch.eye(3, dtype=torch.float64)]
     for Hk in steps: Hs.append(Hk @ Hs[-1])
     return torch.stack(Hs)
+
+# %% ../nbs/03_warp.ipynb #c33f6497
+def depth_warp(traj:Trajectory, # poses of the frames to make (e.g. at latent frame times)
+               depth:torch.Tensor, # [H,W] depth of the first frame in units of z_ref, any resolution (finite, > 0)
+               shape:tuple[int,int,int], # (C, h, w) of each frame
+               subpixel:int=4, # field cells per pixel along each axis
+               generator:torch.Generator|None=None,
+               dtype=torch.float32,
+               device=None,
+              ) -> torch.Tensor:
+    "Frames `[T,C,h,w]`: the anchored field carried by each cell's own depth (parallax), not one plane."
+    C, h, w = shape
+    s, dev = int(subpixel), torch.device(device) if device is not None else torch.device('cpu')
+    if s < 1: raise ValueError(f"subpixel must be >= 1, got {subpixel}")
+    d = torch.as_tensor(depth).to(dev, torch.float64)
+    if d.ndim != 2: raise ValueError(f"depth must be [H,W], got shape {tuple(d.shape)}")
+    if not (torch.isfinite(d).all() and (d > 0).all()): raise ValueError("depth must be finite and positive everywhere")
+    tr = traj.resized(h, w)
+    d = d*tr.z_ref                                                      # in the poses' units
+    K = tr.K.to(dev, torch.float64); Ki = torch.linalg.inv(K)
+    c2w = tr.c2w.to(dev, torch.float64)
+    T = torch.linalg.inv(c2w) @ c2w[0]                                  # first camera's coordinates -> camera t's
+    A, b = K @ T[:, :3, :3] @ Ki, K @ T[:, :3, 3:]                      # [T,3,3] rotation part, [T,3,1] translation part
+    bc = b*Ki[2]                                                        # [T,3,3]: the plane term is bc / depth
+    pre = torch.cat([_field_extent(torch.linalg.inv(A + bc/z), h, w) for z in (float(d.min()), float(d.max()))], -1)
+    inv = (1/d)[None, None]
+    def cell_map(t, X, Y):
+        gx, gy = torch.broadcast_tensors(X/w*2 - 1, Y/h*2 - 1)          # cell centres in grid_sample's [-1, 1]
+        q = F.grid_sample(inv, torch.stack([gx, gy], -1)[None], mode='bilinear', padding_mode='border',
+                          align_corners=False)[0, 0]                    # [m,n] inverse depth of each cell
+        return A[t][..., None, None] + bc[t][..., None, None]*q
+    return _anchored(pre, cell_map, shape, s, generator, dtype, dev)
 
 # %% ../nbs/03_warp.ipynb #fc322083
 def aligned_correlation(frames:torch.Tensor, # [T,C,H,W] noise frames
@@ -393,12 +433,17 @@ def camera_noise(traj:Trajectory, # poses for every video frame (4k+1 of them)
                  generator:torch.Generator|None=None, # on `device`
                  dtype=torch.float32,
                  device=None, # 'cpu' (default) or 'cuda'
+                 depth:torch.Tensor|None=None, # anchored only: first-frame depth [H,W] in units of z_ref (parallax,
+                                               # `depth_warp`; worldlab's extension); None: the paper's one plane
                 ) -> torch.Tensor:
     "Camera-warped Wan latent noise `[C,T,h,w]` for a trajectory."
     C, T, h, w = wan_latent_shape(len(traj), traj.H, traj.W, channels, temporal, spatial)
     lat = traj.at(slice(None, None, temporal))                           # poses at latent frame times
     method = WARP_METHOD_ALIASES.get(method, method)
-    if method == 'anchored':
+    if depth is not None and method != 'anchored':
+        raise ValueError(f"a depth map is used by method='anchored' only, got method={method!r}")
+    if depth is not None: frames = depth_warp(lat, depth, (C, h, w), subpixel, generator, dtype, device)
+    elif method == 'anchored':
         frames = anchored_warp(trajectory_homographies(lat, h, w), (C, h, w), subpixel, generator, dtype, device)
     elif method == 'frame_to_frame':
         flows = trajectory_flows(lat, h, w, clamp=clamp, at='corners')
