@@ -23,12 +23,13 @@ from .sampler import sample
 from .warp import camera_noise
 
 # %% auto #0
-__all__ = ['NOISES', 'DENOISING_LABEL', 'IMAGE_STATS', 'caption_words', 'corpus_vocabulary', 'word_tokenizer', 'MiniWanConfig',
-           'build_mini_wan', 'count_parameters', 'shipped_dir', 'mini_wan_dir', 'load_mini_wan', 'Clips', 'load_clips',
-           'to_vae', 'lr_at', 'train_loop', 'load_ema', 'vae_loss', 'vae_batches', 'vae_roundtrip', 'scene_caption',
-           'training_caption', 'shifted_sigma', 'training_noise', 'flow_matching_loss', 'encode_clips',
-           'set_latent_stats', 'normalise', 'initial_latents', 'generate', 'video_grid', 'denoising_quality',
-           'mini_prompts', 'image_stats', 'evaluate_videos', 'save_adapter', 'load_rl_adapter']
+__all__ = ['LAYOUT_TRANSFORMER', 'NOISES', 'DENOISING_LABEL', 'IMAGE_STATS', 'caption_words', 'corpus_vocabulary',
+           'word_tokenizer', 'MiniWanConfig', 'build_mini_wan', 'count_parameters', 'shipped_dir', 'mini_wan_dir',
+           'load_mini_wan', 'Clips', 'load_clips', 'to_vae', 'lr_at', 'train_loop', 'load_ema', 'vae_loss',
+           'vae_batches', 'vae_roundtrip', 'scene_caption', 'training_caption', 'shifted_sigma', 'training_noise',
+           'flow_matching_loss', 'encode_clips', 'set_latent_stats', 'normalise', 'initial_latents', 'generate',
+           'video_grid', 'denoising_quality', 'mini_prompts', 'image_stats', 'evaluate_videos', 'save_adapter',
+           'load_rl_adapter']
 
 # %% ../nbs/11b_miniwan.ipynb #5de60779
 def caption_words(captions:list[str]) -> list[str]:
@@ -107,13 +108,30 @@ def mini_wan_dir() -> Path:
     "Where the shipped mini-Wan lives: `<project>/data/mini_wan` (or `$WORLDLAB_MINI_WAN`)."
     return shipped_dir('mini_wan', 'WORLDLAB_MINI_WAN')
 
-def load_mini_wan(path:str|Path|None=None, device='cpu') -> WanPolicy:
+LAYOUT_TRANSFORMER = 'data/mini_wan_layout/transformer'   # mini-Wan's transformer fine-tuned on layout-warped noise
+
+def load_mini_wan(path:str|Path|None=None, device='cpu',
+                  transformer:str|Path|None=None, # a WanTransformer3DModel folder to use instead of the pipeline's
+                                                  # (e.g. LAYOUT_TRANSFORMER, relative to the checkout)
+                 ) -> WanPolicy:
     "The trained mini-Wan as a `WanPolicy` (fp32)."
     path = Path(path) if path is not None else mini_wan_dir()
     if not (path/'model_index.json').exists():
         raise FileNotFoundError(f"no mini-Wan at {path}: train one with `worldlab run train_mini_wan` (its run folder "
                                 f"holds mini_wan/), or pass the folder")
-    return WanPolicy.from_pretrained(path, device=device, dtype='fp32')
+    pol = WanPolicy.from_pretrained(path, device=device, dtype='fp32')
+    if transformer is None: return pol
+    from diffusers import WanTransformer3DModel
+    tp = Path(transformer)
+    if not tp.is_absolute() and not tp.exists() and project_root() is not None: tp = project_root()/tp
+    if not (tp/'config.json').exists():
+        raise FileNotFoundError(f"no transformer at {tp} (a folder with config.json and its weights, as save_pretrained writes)")
+    tr = WanTransformer3DModel.from_pretrained(str(tp), torch_dtype=torch.float32).to(pol.device).eval()
+    old = pol.transformer.config
+    diff = {k: (old[k], tr.config[k]) for k in ('in_channels', 'out_channels', 'text_dim', 'patch_size') if old[k] != tr.config[k]}
+    if diff: raise ValueError(f"transformer {tp} does not fit the pipeline at {path}: {diff} (pipeline, transformer)")
+    pol.pipe.register_modules(transformer=tr)
+    return pol
 
 # %% ../nbs/11b_miniwan.ipynb #f0ada3e6
 @dataclass
