@@ -170,7 +170,8 @@ def layout_depth(n:int=100, # training worlds (every 4th clip of the default pla
     "Median first-frame depth `[H,W]` over `n` training worlds, in units of z_ref."
     from worldlab.splat import render
     specs = [s for s in plan_corpus() if s.split == 'train'][::4][:n]
-    if len(specs) < n: raise ValueError(f"the default plan has {len(specs)} training worlds at every 4th clip, asked for {n}")
+    if len(specs) < n:
+        raise ValueError(f"the default plan has {len(specs)} training worlds at every 4th clip, asked for {n}")
     depths = []
     for s in specs:
         tr = trajectory_from_prompt(s.caption, 17, H, W)

@@ -125,10 +125,12 @@ def load_mini_wan(path:str|Path|None=None, device='cpu',
     tp = Path(transformer)
     if not tp.is_absolute() and not tp.exists() and project_root() is not None: tp = project_root()/tp
     if not (tp/'config.json').exists():
-        raise FileNotFoundError(f"no transformer at {tp} (a folder with config.json and its weights, as save_pretrained writes)")
+        raise FileNotFoundError(f"no transformer at {tp} (a folder with config.json and its weights, as "
+                                f"save_pretrained writes)")
     tr = WanTransformer3DModel.from_pretrained(str(tp), torch_dtype=torch.float32).to(pol.device).eval()
     old = pol.transformer.config
-    diff = {k: (old[k], tr.config[k]) for k in ('in_channels', 'out_channels', 'text_dim', 'patch_size') if old[k] != tr.config[k]}
+    keys = ('in_channels', 'out_channels', 'text_dim', 'patch_size')
+    diff = {k: (old[k], tr.config[k]) for k in keys if old[k] != tr.config[k]}
     if diff: raise ValueError(f"transformer {tp} does not fit the pipeline at {path}: {diff} (pipeline, transformer)")
     pol.pipe.register_modules(transformer=tr)
     return pol

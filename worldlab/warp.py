@@ -201,7 +201,7 @@ def depth_warp(traj:Trajectory, # poses of the frames to make (e.g. at latent fr
     K = tr.K.to(dev, torch.float64); Ki = torch.linalg.inv(K)
     c2w = tr.c2w.to(dev, torch.float64)
     T = torch.linalg.inv(c2w) @ c2w[0]                                  # first camera's coordinates -> camera t's
-    A, b = K @ T[:, :3, :3] @ Ki, K @ T[:, :3, 3:]                      # [T,3,3] rotation part, [T,3,1] translation part
+    A, b = K @ T[:, :3, :3] @ Ki, K @ T[:, :3, 3:]                      # [T,3,3] rotation, [T,3,1] translation
     bc = b*Ki[2]                                                        # [T,3,3]: the plane term is bc / depth
     pre = torch.cat([_field_extent(torch.linalg.inv(A + bc/z), h, w) for z in (float(d.min()), float(d.max()))], -1)
     inv = (1/d)[None, None]
