@@ -186,7 +186,7 @@ def load_layout_depth(path:str|Path|None=None) -> torch.Tensor:
     "The shipped corpus layout depth `[64,64]` (or the file at `path`)."
     from worldlab.core import project_root
     if not path and project_root() is None:
-        raise FileNotFoundError(f"the layout depth ships in a worldlab checkout's {LAYOUT_FILE}: run inside the checkout "
+        raise FileNotFoundError(f"the layout depth ships in a worldlab checkout's {LAYOUT_FILE}: run inside it "
                                 f"or pass its path")
     path = Path(path) if path else project_root()/LAYOUT_FILE
     if not path.exists():
