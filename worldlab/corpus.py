@@ -25,8 +25,8 @@ from .splat import concat
 # %% auto #0
 __all__ = ['COLOURS', 'SHAPES', 'TEST_SUBJECTS', 'PLACES', 'WORLD_SEEDS', 'DYNAMICS', 'MOVING', 'LAYOUT_FILE', 'subjects',
            'subject_gaussians', 'corpus_world', 'moving_subject', 'ClipSpec', 'caption_for', 'plan_corpus',
-           'render_clip', 'layout_depth', 'load_layout_depth', 'clip_path', 'write_corpus', 'read_corpus',
-           'frame_strip', 'markdown_table', 'corpus_card']
+           'render_clip', 'first_depth', 'layout_depth', 'load_layout_depth', 'clip_path', 'write_corpus',
+           'read_corpus', 'clip_depths', 'frame_strip', 'markdown_table', 'corpus_card']
 
 # %% ../nbs/06b_corpus.ipynb #e0a5b2cb
 COLOURS = {'red': (0.85, 0.12, 0.1), 'green': (0.15, 0.7, 0.2), 'blue': (0.15, 0.3, 0.9),
@@ -165,20 +165,22 @@ def render_clip(spec:ClipSpec, num_frames:int=17, H:int=64, W:int=64, spacing:fl
 # %% ../nbs/06b_corpus.ipynb #9318f809
 LAYOUT_FILE = 'data/depth_prior/layout64.pt'
 
+def first_depth(spec:ClipSpec, H:int=64, W:int=64, spacing:float=0.04) -> torch.Tensor:
+    "Depth `[H,W]` of a planned clip's first frame, in units of z_ref; NaN where no surface covers the pixel (sky)."
+    from worldlab.splat import render
+    world = corpus_world(spec.category, spec.world_seed, spec.colour, spec.shape, spacing)
+    scene = moving_subject(world, spec.dynamic, spec.sign)(0.0) if spec.dynamic else world.gaussians
+    tr = trajectory_from_prompt(spec.caption, 17, H, W)
+    r = render(scene, tr.c2w[0].float(), tr.K.float(), H, W)
+    return torch.where(r.alpha > 0.5, r.depth, torch.full_like(r.depth, float('nan')))
+
 def layout_depth(n:int=100, # training worlds (every 4th clip of the default plan, in plan order)
                  H:int=64, W:int=64, spacing:float=0.04) -> torch.Tensor:
-    "Median first-frame depth `[H,W]` over `n` training worlds, in units of z_ref."
-    from worldlab.splat import render
+    "Median first-frame depth `[H,W]` over `n` training worlds (subjects at rest), in units of z_ref."
     specs = [s for s in plan_corpus() if s.split == 'train'][::4][:n]
     if len(specs) < n:
         raise ValueError(f"the default plan has {len(specs)} training worlds at every 4th clip, asked for {n}")
-    depths = []
-    for s in specs:
-        tr = trajectory_from_prompt(s.caption, 17, H, W)
-        r = render(corpus_world(s.category, s.world_seed, s.colour, s.shape, spacing).gaussians,
-                   tr.c2w[0].float(), tr.K.float(), H, W)
-        depths.append(torch.where(r.alpha > 0.5, r.depth, torch.full_like(r.depth, float('nan'))))   # sky: no depth
-    med = torch.nanmedian(torch.stack(depths), 0).values
+    med = torch.nanmedian(torch.stack([first_depth(replace(s, dynamic=''), H, W, spacing) for s in specs]), 0).values
     seen = ~med.isnan()                                                  # pixels no world covers: the farthest depth
     return torch.where(seen, med, med[seen].max() if seen.any() else torch.tensor(1.0))
 
@@ -230,6 +232,22 @@ def read_corpus(folder:str|Path) -> pd.DataFrame:
     if not rows: raise FileNotFoundError(f"no corpus clips in {folder}: make one with `worldlab run make_corpus`")
     df = pd.DataFrame(rows)
     return df.assign(category=df.category.map(scene_category))      # corpus-v1 clips carry the old category names
+
+# %% ../nbs/06b_corpus.ipynb #fb3eca62
+def clip_depths(folder:str|Path, split:str='train', limit:int|None=None, # as `miniwan.load_clips`: the same clips, in id order
+                H:int=64, W:int=64, spacing:float=0.04) -> torch.Tensor:
+    "First-frame depth `[N,H,W]` of one split's finished clips, in units of z_ref; sky: each clip's farthest depth."
+    from dataclasses import fields
+    df = read_corpus(folder)
+    df = df[df.split == split].sort_values('id').head(limit)
+    if not len(df): raise ValueError(f"corpus {folder} has no {split!r} clips")
+    names, out = [f.name for f in fields(ClipSpec)], []
+    for row in df.to_dict('records'):
+        d = first_depth(ClipSpec(**{k: row[k] for k in names}), H, W, spacing)
+        seen = ~d.isnan()
+        out.append(torch.where(seen, d, d[seen].max() if seen.any() else torch.tensor(1.0)))
+    return torch.stack(out)
+
 
 # %% ../nbs/06b_corpus.ipynb #d7c8bcab
 def frame_strip(paths:list, # clips to show, one row each
