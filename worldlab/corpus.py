@@ -235,6 +235,7 @@ def read_corpus(folder:str|Path) -> pd.DataFrame:
 
 # %% ../nbs/06b_corpus.ipynb #fb3eca62
 def clip_depths(folder:str|Path, split:str='train', limit:int|None=None, # as `miniwan.load_clips`: the same clips, in id order
+                near:float=0.8, # nearest depth kept: a push in travels 0.6, and a nearer surface would fall behind the camera
                 H:int=64, W:int=64, spacing:float=0.04) -> torch.Tensor:
     "First-frame depth `[N,H,W]` of one split's finished clips, in units of z_ref; sky: each clip's farthest depth."
     from dataclasses import fields
@@ -245,7 +246,7 @@ def clip_depths(folder:str|Path, split:str='train', limit:int|None=None, # as `m
     for row in df.to_dict('records'):
         d = first_depth(ClipSpec(**{k: row[k] for k in names}), H, W, spacing)
         seen = ~d.isnan()
-        out.append(torch.where(seen, d, d[seen].max() if seen.any() else torch.tensor(1.0)))
+        out.append(torch.where(seen, d, d[seen].max() if seen.any() else torch.tensor(1.0)).clamp_min(near))
     return torch.stack(out)
 
 

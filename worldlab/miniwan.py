@@ -273,16 +273,19 @@ def shifted_sigma(u:torch.Tensor, shift:float) -> torch.Tensor:
 
 def training_noise(clips:Clips, idx:list[int], shape:tuple, warp_share:float, generator:torch.Generator,
                    max_degradation:float=0.5, spatial:int=4,
-                   depth:torch.Tensor|None=None, # warp by this first-frame depth (`warp.depth_warp`); None: one plane
+                   depth:torch.Tensor|None=None, # first-frame depth to warp by (`warp.depth_warp`): [H,W] for every
+                                                 # clip, or [N,H,W] one per clip (`corpus.clip_depths`); None: one plane
                   ) -> tuple[torch.Tensor, torch.Tensor]:
     ("Noise `[B,C,T,h,w]` for clips `idx` (warped along each clip's camera with probability `warp_share`) and which "
      "were warped.")
+    if depth is not None and depth.ndim == 3 and len(depth) != len(clips):
+        raise ValueError(f"depth has {len(depth)} maps for {len(clips)} clips: pass one [H,W] map or one per clip")
     out, warped = [], torch.rand(len(idx), generator=generator) < warp_share
     for i, w in zip(idx, warped.tolist()):
         if w:
             d = float(torch.rand((), generator=generator))*max_degradation
             out.append(camera_noise(clips.trajectory(i), shape[0], 4, spatial, degradation=d, generator=generator,
-                                      depth=depth))
+                                    depth=depth[i] if depth is not None and depth.ndim == 3 else depth))
         else: out.append(torch.randn(shape, generator=generator))
     return torch.stack(out), warped
 
