@@ -234,8 +234,8 @@ def read_corpus(folder:str|Path) -> pd.DataFrame:
     return df.assign(category=df.category.map(scene_category))      # corpus-v1 clips carry the old category names
 
 # %% ../nbs/06b_corpus.ipynb #fb3eca62
-def clip_depths(folder:str|Path, split:str='train', limit:int|None=None, # as `miniwan.load_clips`: the same clips, in id order
-                near:float=0.8, # nearest depth kept: a push in travels 0.6, and a nearer surface would fall behind the camera
+def clip_depths(folder:str|Path, split:str='train', limit:int|None=None, # as `miniwan.load_clips`: same clips, id order
+                near:float=0.8, # nearest depth kept: a push in travels 0.6, past nearer surfaces
                 H:int=64, W:int=64, spacing:float=0.04) -> torch.Tensor:
     "First-frame depth `[N,H,W]` of one split's finished clips, in units of z_ref; sky: each clip's farthest depth."
     from dataclasses import fields
