@@ -136,6 +136,7 @@ d = { 'settings': {'branch': 'main', 'doc_baseurl': '/', 'doc_host': '', 'git_ur
                                  'worldlab.corpus.clip_path': ('corpus.html#clip_path', 'worldlab/corpus.py'),
                                  'worldlab.corpus.corpus_card': ('corpus.html#corpus_card', 'worldlab/corpus.py'),
                                  'worldlab.corpus.corpus_world': ('corpus.html#corpus_world', 'worldlab/corpus.py'),
+                                 'worldlab.corpus.fill_sky': ('corpus.html#fill_sky', 'worldlab/corpus.py'),
                                  'worldlab.corpus.first_depth': ('corpus.html#first_depth', 'worldlab/corpus.py'),
                                  'worldlab.corpus.frame_strip': ('corpus.html#frame_strip', 'worldlab/corpus.py'),
                                  'worldlab.corpus.layout_depth': ('corpus.html#layout_depth', 'worldlab/corpus.py'),

@@ -7,7 +7,7 @@ object motion, and train/test splits that share neither worlds nor subjects."""
 # %% ../nbs/06b_corpus.ipynb #95ab8acf
 from __future__ import annotations
 import json, math, random, time, traceback
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 
 import numpy as np
@@ -25,7 +25,7 @@ from .splat import concat
 # %% auto #0
 __all__ = ['COLOURS', 'SHAPES', 'TEST_SUBJECTS', 'PLACES', 'WORLD_SEEDS', 'DYNAMICS', 'MOVING', 'LAYOUT_FILE', 'subjects',
            'subject_gaussians', 'corpus_world', 'moving_subject', 'ClipSpec', 'caption_for', 'plan_corpus',
-           'render_clip', 'first_depth', 'layout_depth', 'load_layout_depth', 'clip_path', 'write_corpus',
+           'render_clip', 'fill_sky', 'first_depth', 'layout_depth', 'load_layout_depth', 'clip_path', 'write_corpus',
            'read_corpus', 'clip_depths', 'frame_strip', 'markdown_table', 'corpus_card']
 
 # %% ../nbs/06b_corpus.ipynb #e0a5b2cb
@@ -165,6 +165,11 @@ def render_clip(spec:ClipSpec, num_frames:int=17, H:int=64, W:int=64, spacing:fl
 # %% ../nbs/06b_corpus.ipynb #9318f809
 LAYOUT_FILE = 'data/depth_prior/layout64.pt'
 
+def fill_sky(depth:torch.Tensor) -> torch.Tensor: # [...,H,W] with NaN where no surface is
+    "NaN pixels (sky: no surface) set to the farthest depth seen (1 where none is)."
+    seen = ~depth.isnan()
+    return torch.where(seen, depth, depth[seen].max() if seen.any() else torch.tensor(1.0))
+
 def first_depth(spec:ClipSpec, H:int=64, W:int=64, spacing:float=0.04) -> torch.Tensor:
     "Depth `[H,W]` of a planned clip's first frame, in units of z_ref; NaN where no surface covers the pixel (sky)."
     from worldlab.splat import render
@@ -181,8 +186,7 @@ def layout_depth(n:int=100, # training worlds (every 4th clip of the default pla
     if len(specs) < n:
         raise ValueError(f"the default plan has {len(specs)} training worlds at every 4th clip, asked for {n}")
     med = torch.nanmedian(torch.stack([first_depth(replace(s, dynamic=''), H, W, spacing) for s in specs]), 0).values
-    seen = ~med.isnan()                                                  # pixels no world covers: the farthest depth
-    return torch.where(seen, med, med[seen].max() if seen.any() else torch.tensor(1.0))
+    return fill_sky(med)                                                 # pixels no world covers: the farthest depth
 
 def load_layout_depth(path:str|Path|None=None) -> torch.Tensor:
     "The shipped corpus layout depth `[64,64]` (or the file at `path`)."
@@ -238,15 +242,12 @@ def clip_depths(folder:str|Path, split:str='train', limit:int|None=None, # as `m
                 near:float=0.8, # nearest depth kept: a push in travels 0.6, past nearer surfaces
                 H:int=64, W:int=64, spacing:float=0.04) -> torch.Tensor:
     "First-frame depth `[N,H,W]` of one split's finished clips, in units of z_ref; sky: each clip's farthest depth."
-    from dataclasses import fields
     df = read_corpus(folder)
     df = df[df.split == split].sort_values('id').head(limit)
     if not len(df): raise ValueError(f"corpus {folder} has no {split!r} clips")
     names, out = [f.name for f in fields(ClipSpec)], []
     for row in df.to_dict('records'):
-        d = first_depth(ClipSpec(**{k: row[k] for k in names}), H, W, spacing)
-        seen = ~d.isnan()
-        out.append(torch.where(seen, d, d[seen].max() if seen.any() else torch.tensor(1.0)).clamp_min(near))
+        out.append(fill_sky(first_depth(ClipSpec(**{k: row[k] for k in names}), H, W, spacing)).clamp_min(near))
     return torch.stack(out)
 
 
