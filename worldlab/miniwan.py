@@ -320,28 +320,35 @@ def normalise(vae, latents:torch.Tensor) -> torch.Tensor:
     return (latents - mean)/std
 
 # %% ../nbs/11b_miniwan.ipynb #5b8a3fe5
-NOISES = ('plain', 'warped', 'layout')   # generate()'s initial noises
+NOISES = ('plain', 'warped', 'layout', 'clip')   # generate()'s initial noises
 
 def initial_latents(policy, prompts:list[str], seeds:list[int], num_frames:int=17, H:int=64, W:int=64,
-                    noise:str='warped', degradation:float=0.0) -> torch.Tensor:
+                    noise:str='warped', degradation:float=0.0,
+                    depths:torch.Tensor|None=None, # [B,H,W] each prompt's first-frame depth, for noise='clip'
+                   ) -> torch.Tensor:
     ("Initial latents `[B,C,T,h,w]`: i.i.d. noise ('plain'), noise warped along each prompt's camera by one plane "
-     "('warped', the paper's) or by the corpus's depth layout ('layout', `corpus.load_layout_depth`, worldlab's).")
+     "('warped', the paper's), by the corpus's depth layout ('layout', `corpus.load_layout_depth`, worldlab's) "
+     "or by each prompt's own depth ('clip', `depths`: e.g. `corpus.first_depth` of the prompt's world).")
     if noise not in NOISES: raise ValueError(f"noise must be one of {', '.join(NOISES)}, got {noise!r}")
+    if (noise == 'clip') != (depths is not None) or (depths is not None and tuple(depths.shape) != (len(prompts), H, W)):
+        raise ValueError(f"noise='clip' and only it takes depths [B,H,W] = [{len(prompts)},{H},{W}]; got noise={noise!r}, "
+                         f"depths {None if depths is None else tuple(depths.shape)}")
     shape = policy.latent_shape(num_frames, H, W)
-    depth = load_layout_depth() if noise == 'layout' else None
+    layout = load_layout_depth() if noise == 'layout' else None
     out = []
-    for p, s in zip(prompts, seeds):
+    for i, (p, s) in enumerate(zip(prompts, seeds)):
         g = torch.Generator().manual_seed(s)
         if noise == 'plain': out.append(torch.randn(shape, generator=g))
         else: out.append(camera_noise(trajectory_from_prompt(p, num_frames, H, W), shape[0], *policy.vae_scale,
-                                      degradation=degradation, generator=g, depth=depth))
+                                      degradation=degradation, generator=g, depth=depths[i] if noise == 'clip' else layout))
     return torch.stack(out)
 
 @torch.no_grad()
 def generate(policy, prompts:list[str], seeds:list[int], num_frames:int=17, H:int=64, W:int=64, num_steps:int=20,
-             guidance:float=3.0, noise:str='warped', degradation:float=0.0, batch:int=8) -> torch.Tensor:
+             guidance:float=3.0, noise:str='warped', degradation:float=0.0, batch:int=8,
+             depths:torch.Tensor|None=None) -> torch.Tensor: # [B,H,W] for noise='clip' (`initial_latents`)
     "Videos `[B,F,3,H,W]` in [0,1] sampled with the flow ODE (classifier-free guidance against the empty caption)."
-    x0 = initial_latents(policy, prompts, seeds, num_frames, H, W, noise, degradation)
+    x0 = initial_latents(policy, prompts, seeds, num_frames, H, W, noise, degradation, depths)
     out = []
     for i in range(0, len(prompts), batch):
         emb = policy.encode(prompts[i:i + batch])
