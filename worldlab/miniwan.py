@@ -330,9 +330,10 @@ def initial_latents(policy, prompts:list[str], seeds:list[int], num_frames:int=1
      "('warped', the paper's), by the corpus's depth layout ('layout', `corpus.load_layout_depth`, worldlab's) "
      "or by each prompt's own depth ('clip', `depths`: e.g. `corpus.first_depth` of the prompt's world).")
     if noise not in NOISES: raise ValueError(f"noise must be one of {', '.join(NOISES)}, got {noise!r}")
-    if (noise == 'clip') != (depths is not None) or (depths is not None and tuple(depths.shape) != (len(prompts), H, W)):
-        raise ValueError(f"noise='clip' and only it takes depths [B,H,W] = [{len(prompts)},{H},{W}]; got noise={noise!r}, "
-                         f"depths {None if depths is None else tuple(depths.shape)}")
+    got = None if depths is None else tuple(depths.shape)
+    if (noise == 'clip') != (got is not None) or got not in (None, (len(prompts), H, W)):
+        raise ValueError(f"noise='clip' and only it takes depths [B,H,W] = [{len(prompts)},{H},{W}]; "
+                         f"got noise={noise!r}, depths {got}")
     shape = policy.latent_shape(num_frames, H, W)
     layout = load_layout_depth() if noise == 'layout' else None
     out = []
@@ -340,7 +341,8 @@ def initial_latents(policy, prompts:list[str], seeds:list[int], num_frames:int=1
         g = torch.Generator().manual_seed(s)
         if noise == 'plain': out.append(torch.randn(shape, generator=g))
         else: out.append(camera_noise(trajectory_from_prompt(p, num_frames, H, W), shape[0], *policy.vae_scale,
-                                      degradation=degradation, generator=g, depth=depths[i] if noise == 'clip' else layout))
+                                      degradation=degradation, generator=g,
+                                      depth=depths[i] if noise == 'clip' else layout))
     return torch.stack(out)
 
 @torch.no_grad()
