@@ -132,6 +132,7 @@ d = { 'settings': {'branch': 'main', 'doc_baseurl': '/', 'doc_host': '', 'git_ur
                                  'worldlab.corpus._slides': ('corpus.html#_slides', 'worldlab/corpus.py'),
                                  'worldlab.corpus._spins': ('corpus.html#_spins', 'worldlab/corpus.py'),
                                  'worldlab.corpus.caption_for': ('corpus.html#caption_for', 'worldlab/corpus.py'),
+                                 'worldlab.corpus.clip_depth': ('corpus.html#clip_depth', 'worldlab/corpus.py'),
                                  'worldlab.corpus.clip_depths': ('corpus.html#clip_depths', 'worldlab/corpus.py'),
                                  'worldlab.corpus.clip_path': ('corpus.html#clip_path', 'worldlab/corpus.py'),
                                  'worldlab.corpus.corpus_card': ('corpus.html#corpus_card', 'worldlab/corpus.py'),

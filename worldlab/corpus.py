@@ -26,7 +26,7 @@ from .splat import concat
 __all__ = ['COLOURS', 'SHAPES', 'TEST_SUBJECTS', 'PLACES', 'WORLD_SEEDS', 'DYNAMICS', 'MOVING', 'LAYOUT_FILE', 'subjects',
            'subject_gaussians', 'corpus_world', 'moving_subject', 'ClipSpec', 'caption_for', 'plan_corpus',
            'render_clip', 'fill_sky', 'first_depth', 'layout_depth', 'load_layout_depth', 'clip_path', 'write_corpus',
-           'read_corpus', 'clip_depths', 'frame_strip', 'markdown_table', 'corpus_card']
+           'read_corpus', 'clip_depth', 'clip_depths', 'frame_strip', 'markdown_table', 'corpus_card']
 
 # %% ../nbs/06b_corpus.ipynb #e0a5b2cb
 COLOURS = {'red': (0.85, 0.12, 0.1), 'green': (0.15, 0.7, 0.2), 'blue': (0.15, 0.3, 0.9),
@@ -238,8 +238,13 @@ def read_corpus(folder:str|Path) -> pd.DataFrame:
     return df.assign(category=df.category.map(scene_category))      # corpus-v1 clips carry the old category names
 
 # %% ../nbs/06b_corpus.ipynb #fb3eca62
+def clip_depth(spec:ClipSpec, near:float=0.8, # nearest depth kept: a push in travels 0.6, past nearer surfaces
+               H:int=64, W:int=64, spacing:float=0.04) -> torch.Tensor:
+    "First-frame depth `[H,W]` of one planned clip, in units of z_ref, to warp its noise by: sky filled, near held."
+    return fill_sky(first_depth(spec, H, W, spacing)).clamp_min(near)
+
 def clip_depths(folder:str|Path, split:str='train', limit:int|None=None, # as `miniwan.load_clips`: same clips, id order
-                near:float=0.8, # nearest depth kept: a push in travels 0.6, past nearer surfaces
+                near:float=0.8, # as `clip_depth`
                 H:int=64, W:int=64, spacing:float=0.04) -> torch.Tensor:
     "First-frame depth `[N,H,W]` of one split's finished clips, in units of z_ref; sky: each clip's farthest depth."
     df = read_corpus(folder)
@@ -247,7 +252,7 @@ def clip_depths(folder:str|Path, split:str='train', limit:int|None=None, # as `m
     if not len(df): raise ValueError(f"corpus {folder} has no {split!r} clips")
     names, out = [f.name for f in fields(ClipSpec)], []
     for row in df.to_dict('records'):
-        out.append(fill_sky(first_depth(ClipSpec(**{k: row[k] for k in names}), H, W, spacing)).clamp_min(near))
+        out.append(clip_depth(ClipSpec(**{k: row[k] for k in names}), near, H, W, spacing))
     return torch.stack(out)
 
 

@@ -345,6 +345,7 @@ def initial_latents(policy, prompts:list[str], seeds:list[int], num_frames:int=1
                                       depth=depths[i] if noise == 'clip' else layout))
     return torch.stack(out)
 
+# %% ../nbs/11b_miniwan.ipynb #5560e7a6
 @torch.no_grad()
 def generate(policy, prompts:list[str], seeds:list[int], num_frames:int=17, H:int=64, W:int=64, num_steps:int=20,
              guidance:float=3.0, noise:str='warped', degradation:float=0.0, batch:int=8,
