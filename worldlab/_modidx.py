@@ -313,6 +313,7 @@ d = { 'settings': {'branch': 'main', 'doc_baseurl': '/', 'doc_host': '', 'git_ur
                                   'worldlab.metrics.evo_umeyama': ('metrics.html#evo_umeyama', 'worldlab/metrics.py'),
                                   'worldlab.metrics.load_lpips': ('metrics.html#load_lpips', 'worldlab/metrics.py'),
                                   'worldlab.metrics.lpips_distance': ('metrics.html#lpips_distance', 'worldlab/metrics.py'),
+                                  'worldlab.metrics.motion_gain': ('metrics.html#motion_gain', 'worldlab/metrics.py'),
                                   'worldlab.metrics.path_length': ('metrics.html#path_length', 'worldlab/metrics.py'),
                                   'worldlab.metrics.plot_consistency': ('metrics.html#plot_consistency', 'worldlab/metrics.py'),
                                   'worldlab.metrics.ransac_align': ('metrics.html#ransac_align', 'worldlab/metrics.py'),

@@ -22,8 +22,8 @@ __all__ = ['RELEASE_START', 'MOTION_CLASS', 'ALEXNET_CHECKPOINT', 'LPIPS_LABELS'
            'rotation_error_deg', 'path_length', 'total_rotation_deg', 'Sim3', 'umeyama_align', 'ransac_align',
            'align_poses', 'translation_profile', 'rotation_profile', 'release_commanded', 'evo_umeyama',
            'release_ransac', 'trajectory_score_exact_release', 'trajectory_score', 'camera_metrics',
-           'camera_metrics_table', 'classify_camera', 'ssim', 'alexnet_checkpoint', 'load_lpips', 'lpips_distance',
-           'recon_metrics', 'consistency_table', 'plot_consistency']
+           'camera_metrics_table', 'classify_camera', 'motion_gain', 'ssim', 'alexnet_checkpoint', 'load_lpips',
+           'lpips_distance', 'recon_metrics', 'consistency_table', 'plot_consistency']
 
 # %% ../nbs/08_metrics.ipynb #9ea90f26
 def as_c2w(poses) -> torch.Tensor:
@@ -369,6 +369,17 @@ def classify_camera(est, # estimated poses: c2w [F,4,4] (or Trajectory)
     if not finite: return '', '', scores
     best = max(finite, key=finite.get)
     return best, MOTION_CLASS[best], scores
+
+# %% ../nbs/08_metrics.ipynb #08715269
+def motion_gain(est, cmd, # estimated and commanded poses: c2w [F,4,4] (or Trajectory), same F
+               ) -> dict:
+    "End-to-end rotation angle and translation length of `est` as shares of `cmd`'s (NaN where `cmd` has none)."
+    e, c = relative_to_first(as_c2w(est))[-1], relative_to_first(as_c2w(cmd))[-1]
+    eye = torch.eye(3, dtype=torch.float64)
+    ang_e, ang_c = (float(rotation_error_deg(T[:3, :3], eye)) for T in (e, c))
+    len_e, len_c = (float(T[:3, 3].norm()) for T in (e, c))
+    return dict(rotation=ang_e/ang_c if ang_c > 0.5 else math.nan,           # degrees
+                translation=len_e/len_c if len_c > 1e-3 else math.nan)       # z_ref
 
 # %% ../nbs/08_metrics.ipynb #37f7d841
 def ssim(a:torch.Tensor, b:torch.Tensor, # float [F,3,H,W] each in [0, 1] (or uint8 [F,H,W,3])
