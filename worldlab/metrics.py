@@ -374,7 +374,10 @@ def classify_camera(est, # estimated poses: c2w [F,4,4] (or Trajectory)
 def motion_gain(est, cmd, # estimated and commanded poses: c2w [F,4,4] (or Trajectory), same F
                ) -> dict:
     "End-to-end rotation angle and translation length of `est` as shares of `cmd`'s (NaN where `cmd` has none)."
-    e, c = relative_to_first(as_c2w(est))[-1], relative_to_first(as_c2w(cmd))[-1]
+    est, cmd = as_c2w(est), as_c2w(cmd)
+    if est.shape != cmd.shape: raise ValueError(f"estimated {tuple(est.shape)} and commanded {tuple(cmd.shape)} poses "
+                                                "differ in length; subsample the longer one, e.g. traj.at(idx)")
+    e, c = relative_to_first(est)[-1], relative_to_first(cmd)[-1]
     eye = torch.eye(3, dtype=torch.float64)
     ang_e, ang_c = (float(rotation_error_deg(T[:3, :3], eye)) for T in (e, c))
     len_e, len_c = (float(T[:3, 3].norm()) for T in (e, c))
