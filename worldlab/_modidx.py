@@ -316,6 +316,7 @@ d = { 'settings': {'branch': 'main', 'doc_baseurl': '/', 'doc_host': '', 'git_ur
                                   'worldlab.metrics.motion_gain': ('metrics.html#motion_gain', 'worldlab/metrics.py'),
                                   'worldlab.metrics.path_length': ('metrics.html#path_length', 'worldlab/metrics.py'),
                                   'worldlab.metrics.plot_consistency': ('metrics.html#plot_consistency', 'worldlab/metrics.py'),
+                                  'worldlab.metrics.pose_pair': ('metrics.html#pose_pair', 'worldlab/metrics.py'),
                                   'worldlab.metrics.ransac_align': ('metrics.html#ransac_align', 'worldlab/metrics.py'),
                                   'worldlab.metrics.recon_metrics': ('metrics.html#recon_metrics', 'worldlab/metrics.py'),
                                   'worldlab.metrics.relative_to_first': ('metrics.html#relative_to_first', 'worldlab/metrics.py'),

@@ -18,7 +18,7 @@ from .camera import Trajectory, chain_trajectory
 from .core import psnr, to_float
 
 # %% auto #0
-__all__ = ['RELEASE_START', 'MOTION_CLASS', 'ALEXNET_CHECKPOINT', 'LPIPS_LABELS', 'as_c2w', 'relative_to_first',
+__all__ = ['RELEASE_START', 'MOTION_CLASS', 'ALEXNET_CHECKPOINT', 'LPIPS_LABELS', 'as_c2w', 'pose_pair', 'relative_to_first',
            'rotation_error_deg', 'path_length', 'total_rotation_deg', 'Sim3', 'umeyama_align', 'ransac_align',
            'align_poses', 'translation_profile', 'rotation_profile', 'release_commanded', 'evo_umeyama',
            'release_ransac', 'trajectory_score_exact_release', 'trajectory_score', 'camera_metrics',
@@ -33,6 +33,13 @@ def as_c2w(poses) -> torch.Tensor:
     if c2w.ndim != 3 or tuple(c2w.shape[-2:]) != (4, 4):
         raise ValueError(f"poses must be c2w [F,4,4] (or a Trajectory); got shape {tuple(c2w.shape)}")
     return c2w
+
+def pose_pair(est, cmd) -> tuple[torch.Tensor, torch.Tensor]: # each [F,4,4] c2w (or Trajectory)
+    "Estimated and commanded poses as c2w float64, checked to be equally long."
+    est, cmd = as_c2w(est), as_c2w(cmd)
+    if est.shape != cmd.shape: raise ValueError(f"estimated {tuple(est.shape)} and commanded {tuple(cmd.shape)} poses "
+                                                "differ in length; subsample the longer one, e.g. traj.at(idx)")
+    return est, cmd
 
 def relative_to_first(c2w:torch.Tensor) -> torch.Tensor: # [F,4,4]
     "The poses in the first camera's frame: `inv(c2w[0]) @ c2w` (frame 0 becomes the identity)."
@@ -135,9 +142,7 @@ def align_poses(est, cmd, # estimated and commanded poses: [F,4,4] c2w or Trajec
                 **ransac_kwargs, # sample_size, iters, threshold, seed
                ) -> tuple[torch.Tensor, Sim3]:
     "The estimated poses mapped onto the commanded frame by Sim(3) (rotations turned too), and the transform."
-    est, cmd = as_c2w(est), as_c2w(cmd)
-    if est.shape != cmd.shape: raise ValueError(f"estimated {tuple(est.shape)} and commanded {tuple(cmd.shape)} poses "
-                                                "differ in length; subsample the longer one, e.g. traj.at(idx)")
+    est, cmd = pose_pair(est, cmd)
     use = len(est) >= 6 if ransac is None else ransac
     sim = ransac_align(est, cmd, **ransac_kwargs) if use else umeyama_align(est, cmd)
     return sim.apply(est), sim
@@ -319,9 +324,7 @@ def trajectory_score(est, cmd, # estimated and commanded camera poses: c2w [F,4,
     if form not in ('paper', 'release'): raise ValueError(f"unknown S_traj form {form!r}; use 'paper' or 'release'")
     if align not in ('worldlab', 'release'): raise ValueError(f"align must be 'worldlab' or 'release', got {align!r}")
     z_ref = z_ref or (cmd.z_ref if isinstance(cmd, Trajectory) else 1.0)
-    est, cmd = as_c2w(est), as_c2w(cmd)
-    if est.shape != cmd.shape: raise ValueError(f"estimated {tuple(est.shape)} and commanded {tuple(cmd.shape)} poses "
-                                                "differ in length; subsample the longer one, e.g. traj.at(idx)")
+    est, cmd = pose_pair(est, cmd)
     if not (torch.isfinite(est).all() and torch.isfinite(cmd).all()): return math.nan, dict(reason='non-finite poses')
     if len(est) < 2: return math.nan, dict(reason='fewer than 2 poses: no motion to compare')
     if form == 'paper': return _trajectory_score_paper(est, cmd, z_ref, ransac, tau)
@@ -374,9 +377,7 @@ def classify_camera(est, # estimated poses: c2w [F,4,4] (or Trajectory)
 def motion_gain(est, cmd, # estimated and commanded poses: c2w [F,4,4] (or Trajectory), same F
                ) -> dict:
     "End-to-end rotation angle and translation length of `est` as shares of `cmd`'s (NaN where `cmd` has none)."
-    est, cmd = as_c2w(est), as_c2w(cmd)
-    if est.shape != cmd.shape: raise ValueError(f"estimated {tuple(est.shape)} and commanded {tuple(cmd.shape)} poses "
-                                                "differ in length; subsample the longer one, e.g. traj.at(idx)")
+    est, cmd = pose_pair(est, cmd)
     e, c = relative_to_first(est)[-1], relative_to_first(cmd)[-1]
     eye = torch.eye(3, dtype=torch.float64)
     ang_e, ang_c = (float(rotation_error_deg(T[:3, :3], eye)) for T in (e, c))
