@@ -250,6 +250,7 @@ d = { 'settings': {'branch': 'main', 'doc_baseurl': '/', 'doc_host': '', 'git_ur
                                'worldlab.grpo.Trainer.train_step': ('grpo.html#trainer.train_step', 'worldlab/grpo.py'),
                                'worldlab.grpo.Trainer.trained_timesteps': ('grpo.html#trainer.trained_timesteps', 'worldlab/grpo.py'),
                                'worldlab.grpo.Trainer.update': ('grpo.html#trainer.update', 'worldlab/grpo.py'),
+                               'worldlab.grpo.Trainer.warp_depth_map': ('grpo.html#trainer.warp_depth_map', 'worldlab/grpo.py'),
                                'worldlab.grpo.Trainer.window': ('grpo.html#trainer.window', 'worldlab/grpo.py'),
                                'worldlab.grpo._full': ('grpo.html#_full', 'worldlab/grpo.py'),
                                'worldlab.grpo._like': ('grpo.html#_like', 'worldlab/grpo.py'),

@@ -182,6 +182,23 @@ def commanded(self:Trainer, prompt:str):
     return trajectory_from_prompt(prompt, c.num_frames, c.height, c.width, timing=c.chain_timing, orbit=c.orbit_centre)
 
 @patch
+def warp_depth_map(self:Trainer) -> torch.Tensor|None:
+    ("The first-frame depth `[H,W]` the camera noise is warped by: None for the paper's one plane (`warp_depth` ''), "
+     "else `cfg.warp_depth` ('layout': the corpus's depth layout, or a saved tensor's path), loaded once.")
+    c = self.cfg
+    if not c.warp_depth: return None
+    if getattr(self, '_warp_depth', None) is None:
+        if c.warp_method != 'anchored':
+            raise ValueError(f"warp_depth={c.warp_depth!r} needs warp_method='anchored', got {c.warp_method!r}")
+        from worldlab.corpus import load_layout_depth   # lazy: the corpus, only for depth-warped noise
+        d = load_layout_depth(None if c.warp_depth == 'layout' else c.warp_depth)
+        if tuple(d.shape) != (c.height, c.width):
+            raise ValueError(f"warp_depth {c.warp_depth!r} is {tuple(d.shape)}; this run's frames are "
+                             f"{(c.height, c.width)}")
+        self._warp_depth = d
+    return self._warp_depth
+
+@patch
 def initial_noise(self:Trainer, prompt:str, gidx:int, n:int|None=None, # videos (default: the group size)
                   seed:int|None=None, # default: from the run's seed, the step and the group
                  ) -> tuple[torch.Tensor, object]:
@@ -194,7 +211,7 @@ def initial_noise(self:Trainer, prompt:str, gidx:int, n:int|None=None, # videos 
     # settings.ini reads `none` as None
     if c.injection in ('none', None) or traj.note == NO_CAMERA_PHRASE: return plain, None
     warped = torch.stack([camera_noise(traj, shape[0], *self.policy.vae_scale, method=c.warp_method,
-                                       degradation=c.noise_degradation,
+                                       degradation=c.noise_degradation, depth=self.warp_depth_map(),
                                        generator=g) for _ in range(G)])
     if c.injection == 'init': return inject_init(plain, warped), None
     if c.injection == 'stepwise_delta':

@@ -90,10 +90,13 @@ def build_rewards(weights:dict, rc:RunConfig, policy=None) -> dict: # policy: fo
 # %% ../nbs/13_train.ipynb #a52a6970
 def load_policy(rc:RunConfig):
     "The run's policy: the tiny twin, the shipped mini-Wan, or a Wan2.1 checkpoint."
+    if rc.transformer and rc.model != 'mini':
+        raise ValueError(f"transformer={rc.transformer!r} replaces mini-Wan's transformer: it needs model='mini', "
+                         f"got {rc.model!r}")
     if rc.model == 'tiny': return WanPolicy.tiny(seed=0, device=rc.device)
     if rc.model == 'mini':
         from worldlab.miniwan import load_mini_wan   # lazy: miniwan, only for model='mini'
-        return load_mini_wan(device=rc.device)
+        return load_mini_wan(device=rc.device, transformer=rc.transformer or None)
     return WanPolicy.from_pretrained(rc.model, rc.device, rc.dtype)
 
 def _configs(params) -> tuple[TrainConfig, RunConfig]:
