@@ -198,6 +198,7 @@ def warp_depth_map(self:Trainer) -> torch.Tensor|None:
         self._warp_depth = d
     return self._warp_depth
 
+# %% ../nbs/12_grpo.ipynb #b4d1f0e2
 @patch
 def initial_noise(self:Trainer, prompt:str, gidx:int, n:int|None=None, # videos (default: the group size)
                   seed:int|None=None, # default: from the run's seed, the step and the group
