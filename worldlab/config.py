@@ -49,8 +49,8 @@ class TrainConfig:
     delta_kernel:int = 9                         # stepwise_delta: box low-pass size on the latent grid
     noise_degradation:float = 0.35               # share of fresh noise mixed in after warping (variance kept)
     warp_method:str = 'anchored'                 # noise transport: anchored | frame_to_frame | discrete (release)
-    warp_depth:str = ''                          # '' : one plane (the paper's); layout: the corpus's depth layout, or a
-                                                 # saved [H,W] depth (.pt): parallax in the noise (anchored only; worldlab's)
+    warp_depth:str = ''                          # '' : one plane (the paper's); layout: the corpus's depth layout,
+                                                 # or a saved [H,W] depth (.pt): parallax in the noise (anchored only)
     main_steps:int = 100; dynamic_steps:int = 50  # periodic decoupling: main steps, then dynamic-subset steps
     reward_weights:dict = field(default_factory=lambda: {'reward_3d': 1.0, 'reward_general': 1.0})
     dynamic_reward_weights:dict|None = None      # default: main weights with reward_3d set to 0
@@ -75,7 +75,7 @@ class RunConfig:
     rgen:str = ''                    # in-process R_gen: hpsv3, hpsv2 (release), standin, critic, mini; '' off
     recon_opts:dict = field(default_factory=dict)  # in-process 3D: reconstruct() options: FitConfig fields, depth_prior
     r3d_parts:dict = field(default_factory=dict)  # R_3D's parts and weights ({}: World-R1's s_meta + s_recon + s_traj)
-    transformer:str = ''             # model=mini: a transformer folder to use in it (e.g. data/mini_wan_layout/transformer)
+    transformer:str = ''             # model=mini: a transformer folder used in it (data/mini_wan_layout/transformer)
     judge_url:str = ''               # in-process S_meta: an OpenAI-compatible VLM endpoint ('' : S_meta cannot score)
     reward_form:str = 'worldlab'     # in-process 3D reward and R_gen: worldlab, or release (the released reward's math)
 
