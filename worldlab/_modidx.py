@@ -247,6 +247,7 @@ d = { 'settings': {'branch': 'main', 'doc_baseurl': '/', 'doc_host': '', 'git_ur
                                'worldlab.grpo.Trainer.save': ('grpo.html#trainer.save', 'worldlab/grpo.py'),
                                'worldlab.grpo.Trainer.score': ('grpo.html#trainer.score', 'worldlab/grpo.py'),
                                'worldlab.grpo.Trainer.state': ('grpo.html#trainer.state', 'worldlab/grpo.py'),
+                               'worldlab.grpo.Trainer.step_noise': ('grpo.html#trainer.step_noise', 'worldlab/grpo.py'),
                                'worldlab.grpo.Trainer.train_step': ('grpo.html#trainer.train_step', 'worldlab/grpo.py'),
                                'worldlab.grpo.Trainer.trained_timesteps': ('grpo.html#trainer.trained_timesteps', 'worldlab/grpo.py'),
                                'worldlab.grpo.Trainer.update': ('grpo.html#trainer.update', 'worldlab/grpo.py'),

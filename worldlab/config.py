@@ -36,6 +36,8 @@ class TrainConfig:
     adv_mean:str = 'group'                       # group | batch (the release without per-prompt tracking)
     zero_std:str = 'mask'                        # mask: zero-std groups out of loss and KL | keep (release)
     sde_form:str = 'flow_grpo'                   # flow_grpo SDE | release: UniPC rollouts scored about an Euler mean
+    sde_noise:str = 'iid'                        # each SDE step's draw: iid (Flow-GRPO) | camera: warped along the
+                                                 # prompt's camera like the initial noise (beyond the paper; flow_grpo)
     timestep_rounding:str = 'round'              # trained steps = round | floor (release) of fraction x window
     chain_timing:str = 'even'                    # camera chains: even | release (ceil(F/n) frames a segment)
     orbit_centre:str = 'ahead'                   # orbits: ahead (about the subject) | release (centre behind)

@@ -219,6 +219,24 @@ def initial_noise(self:Trainer, prompt:str, gidx:int, n:int|None=None, # videos 
         return plain, stepwise_delta(plain, warped, c.wrap_strength, c.delta_steps, c.delta_kernel)
     raise ValueError(f"injection must be init, stepwise_delta or none; got {c.injection!r}")
 
+# %% ../nbs/12_grpo.ipynb #0054b38c
+@patch
+def step_noise(self:Trainer, prompt:str, gidx:int, n:int|None=None): # videos (default: the group size)
+    ("The SDE steps' draws for one group: a function `i -> [n,...]`, called once per SDE step in order, of fresh noise "
+     "warped along the prompt's camera (`sde_noise='camera'`); None for iid draws.")
+    c, G = self.cfg, n or self.cfg.group_size
+    if c.sde_noise not in ('iid', 'camera'): raise ValueError(f"sde_noise must be iid or camera, got {c.sde_noise!r}")
+    traj = self.commanded(prompt)
+    if c.sde_noise == 'iid' or c.injection in ('none', None) or traj.note == NO_CAMERA_PHRASE: return None
+    if c.sde_form != 'flow_grpo': raise ValueError(f"sde_noise='camera' needs sde_form='flow_grpo', got {c.sde_form!r}")
+    C = self.policy.latent_shape(c.num_frames, c.height, c.width)[0]
+    g = torch.Generator().manual_seed(_seed(c.seed, self.step, gidx, 4))
+    depth = self.warp_depth_map()
+    return lambda i: torch.stack([camera_noise(traj, C, *self.policy.vae_scale, method=c.warp_method,
+                                               degradation=c.noise_degradation, depth=depth, generator=g)
+                                  for _ in range(G)])
+
+
 # %% ../nbs/12_grpo.ipynb #4da4cd0e
 @patch
 def rollout(self:Trainer, prompts:list[str], mine:list[int], # the batch's prompts; the groups this process samples
@@ -234,7 +252,7 @@ def rollout(self:Trainer, prompts:list[str], mine:list[int], # the batch's promp
         with torch.no_grad():
             rolls.append(sample(self.policy, emb, x0, c.num_steps, c.guidance_scale, neg, c.noise_level, win,
                                 inject, torch.Generator().manual_seed(_seed(c.seed, self.step, gidx, 3)),
-                                form=c.sde_form))
+                                form=c.sde_form, step_noise=self.step_noise(prompts[gidx], gidx)))
         embs.append(emb)
     return rolls, embs
 

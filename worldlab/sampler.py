@@ -29,7 +29,9 @@ def sde_step(v:torch.Tensor, x:torch.Tensor, # velocity and latents [B,...]
              sigma_second:float, # the schedule's second (for the guard)
              noise_level:float=0.7,
              next_sample:torch.Tensor|None=None, # score this sample instead of drawing one
-             generator:torch.Generator|None=None, near_one:float=1e-3):
+             generator:torch.Generator|None=None, near_one:float=1e-3,
+             eps:torch.Tensor|None=None, # the standard-normal draw to step with (None: drawn from `generator`)
+            ):
     "One SDE step: `(x_next, log_prob [B], mean, std)`, where std = std_σ·√(−dt) is the transition's."
     dt = sigma_next - sigma
     s = math.sqrt(sigma/(1 - (sigma_second if sigma > 1 - near_one else sigma)))*noise_level   # = sde_std, on floats
@@ -41,7 +43,7 @@ def sde_step(v:torch.Tensor, x:torch.Tensor, # velocity and latents [B,...]
         return (mean if next_sample is None else next_sample), zero, mean, std
     const = math.log(std) + 0.5*math.log(2*math.pi)
     if next_sample is None:                            # drawn here: (x_next - mean)/std is the noise itself
-        eps = torch.randn(x.shape, generator=generator, dtype=x.dtype, device=x.device)
+        eps = torch.randn(x.shape, generator=generator, dtype=x.dtype, device=x.device) if eps is None else eps.to(x)
         return mean + std*eps, -0.5*eps.square().mean(dims) - const, mean, std
     z = (next_sample.detach() - mean)/std
     return next_sample, -0.5*z.square().mean(dims) - const, mean, std
@@ -119,9 +121,12 @@ def sample(policy, emb:torch.Tensor, x0:torch.Tensor, # policy; prompt embedding
            inject=None, # inject(latents, step) -> latents, after each step
            generator:torch.Generator|None=None, decode:bool=True,
            form:str='flow_grpo', # flow_grpo: SDE steps in the window | release: UniPC rollout (`release_sample`)
+           step_noise=None, # step_noise(i) -> [B,...]: SDE step i's standard-normal draw (None: iid from `generator`)
           ) -> Rollout:
     "Sample latents (ODE outside the SDE window) and keep the SDE transitions."
-    if form == 'release': return release_sample(policy, emb, x0, num_steps, guidance, neg, window, inject, decode)
+    if form == 'release':
+        if step_noise is not None: raise ValueError("step_noise needs form='flow_grpo': the release's UniPC draws none")
+        return release_sample(policy, emb, x0, num_steps, guidance, neg, window, inject, decode)
     if form != 'flow_grpo': raise ValueError(f"form must be 'flow_grpo' or 'release', got {form!r}")
     sig, ts = policy.schedule(num_steps)
     lo, hi = window or (0, num_steps)
@@ -131,7 +136,7 @@ def sample(policy, emb:torch.Tensor, x0:torch.Tensor, # policy; prompt embedding
             v = policy.velocity(x, ts[i], emb, neg, guidance)
             if lo <= i < hi:
                 nxt, lp, _, _ = sde_step(v, x, float(sig[i]), float(sig[i + 1]), float(sig[1]), noise_level,
-                                         generator=generator)
+                                         generator=generator, eps=step_noise(i) if step_noise else None)
                 keep_x.append(x); keep_s.append(nxt); keep_lp.append(lp); steps.append(i)
             else: nxt = x + v*(sig[i + 1] - sig[i])
             x = inject(nxt, i) if inject is not None else nxt
