@@ -337,6 +337,7 @@ d = { 'settings': {'branch': 'main', 'doc_baseurl': '/', 'doc_host': '', 'git_ur
                                   'worldlab.miniwan.Clips.__len__': ('miniwan.html#clips.__len__', 'worldlab/miniwan.py'),
                                   'worldlab.miniwan.Clips.trajectory': ('miniwan.html#clips.trajectory', 'worldlab/miniwan.py'),
                                   'worldlab.miniwan.MiniWanConfig': ('miniwan.html#miniwanconfig', 'worldlab/miniwan.py'),
+                                  'worldlab.miniwan._draws': ('miniwan.html#_draws', 'worldlab/miniwan.py'),
                                   'worldlab.miniwan._has_adapter': ('miniwan.html#_has_adapter', 'worldlab/miniwan.py'),
                                   'worldlab.miniwan.build_mini_wan': ('miniwan.html#build_mini_wan', 'worldlab/miniwan.py'),
                                   'worldlab.miniwan.caption_words': ('miniwan.html#caption_words', 'worldlab/miniwan.py'),

@@ -23,7 +23,7 @@ from .sampler import sample
 from .warp import camera_noise
 
 # %% auto #0
-__all__ = ['LAYOUT_TRANSFORMER', 'NOISES', 'DENOISING_LABEL', 'IMAGE_STATS', 'caption_words', 'corpus_vocabulary',
+__all__ = ['LAYOUT_TRANSFORMER', 'NOISES', 'SDE_SEED', 'DENOISING_LABEL', 'IMAGE_STATS', 'caption_words', 'corpus_vocabulary',
            'word_tokenizer', 'MiniWanConfig', 'build_mini_wan', 'count_parameters', 'shipped_dir', 'mini_wan_dir',
            'load_mini_wan', 'Clips', 'load_clips', 'to_vae', 'lr_at', 'train_loop', 'load_ema', 'vae_loss',
            'vae_batches', 'vae_roundtrip', 'scene_caption', 'training_caption', 'shifted_sigma', 'training_noise',
@@ -334,11 +334,15 @@ def initial_latents(policy, prompts:list[str], seeds:list[int], num_frames:int=1
     if (noise == 'clip') != (got is not None) or got not in (None, (len(prompts), H, W)):
         raise ValueError(f"noise='clip' and only it takes depths [B,H,W] = [{len(prompts)},{H},{W}]; "
                          f"got noise={noise!r}, depths {got}")
+    gens = [torch.Generator().manual_seed(s) for s in seeds]
+    return _draws(policy, prompts, gens, num_frames, H, W, noise, degradation, depths,
+                  load_layout_depth() if noise == 'layout' else None)
+
+def _draws(policy, prompts, gens, num_frames, H, W, noise, degradation, depths, layout) -> torch.Tensor:
+    "One draw `[B,C,T,h,w]` of `noise` per prompt, each from its own generator."
     shape = policy.latent_shape(num_frames, H, W)
-    layout = load_layout_depth() if noise == 'layout' else None
     out = []
-    for i, (p, s) in enumerate(zip(prompts, seeds)):
-        g = torch.Generator().manual_seed(s)
+    for i, (p, g) in enumerate(zip(prompts, gens)):
         if noise == 'plain': out.append(torch.randn(shape, generator=g))
         else: out.append(camera_noise(trajectory_from_prompt(p, num_frames, H, W), shape[0], *policy.vae_scale,
                                       degradation=degradation, generator=g,
@@ -349,16 +353,29 @@ def initial_latents(policy, prompts:list[str], seeds:list[int], num_frames:int=1
 @torch.no_grad()
 def generate(policy, prompts:list[str], seeds:list[int], num_frames:int=17, H:int=64, W:int=64, num_steps:int=20,
              guidance:float=3.0, noise:str='warped', degradation:float=0.0, batch:int=8,
-             depths:torch.Tensor|None=None) -> torch.Tensor: # [B,H,W] for noise='clip' (`initial_latents`)
-    "Videos `[B,F,3,H,W]` in [0,1] sampled with the flow ODE (classifier-free guidance against the empty caption)."
+             depths:torch.Tensor|None=None, # [B,H,W] for noise='clip' (`initial_latents`)
+             sde:str='', # '' : the flow ODE | iid: GRPO rollouts' SDE, iid draws | camera: draws made like the initial noise
+             noise_level:float=0.7, # the SDE's (Flow-GRPO's a)
+            ) -> torch.Tensor:
+    ("Videos `[B,F,3,H,W]` in [0,1] sampled with the flow ODE (classifier-free guidance against the empty caption), or "
+     "as GRPO samples its rollouts: an SDE at every step, its draws i.i.d. or made like the initial noise (`sde`).")
+    if sde not in ('', 'iid', 'camera'): raise ValueError(f"sde must be '', iid or camera, got {sde!r}")
     x0 = initial_latents(policy, prompts, seeds, num_frames, H, W, noise, degradation, depths)
+    layout = load_layout_depth() if noise == 'layout' and sde == 'camera' else None
     out = []
     for i in range(0, len(prompts), batch):
         emb = policy.encode(prompts[i:i + batch])
         neg = policy.encode(['']*len(emb)) if guidance != 1 else None
         x = x0[i:i + batch].to(policy.device)
-        out.append(sample(policy, emb, x, num_steps, guidance, neg, noise_level=0.0).video.cpu())
+        if not sde:
+            out.append(sample(policy, emb, x, num_steps, guidance, neg, noise_level=0.0).video.cpu()); continue
+        gens = [torch.Generator().manual_seed(SDE_SEED + s) for s in seeds[i:i + batch]]   # apart from the initial draws
+        kind, dep = (noise, depths[i:i + batch] if depths is not None else None) if sde == 'camera' else ('plain', None)
+        draw = lambda k: _draws(policy, prompts[i:i + batch], gens, num_frames, H, W, kind, degradation, dep, layout)
+        out.append(sample(policy, emb, x, num_steps, guidance, neg, noise_level=noise_level, step_noise=draw).video.cpu())
     return torch.cat(out)
+
+SDE_SEED = 1 << 40   # generate()'s SDE draws use generators seeded seed + SDE_SEED
 
 def video_grid(videos:torch.Tensor, frames:int=5) -> np.ndarray: # [B,F,3,H,W] in [0,1]
     "An image `uint8 [B*H, frames*W, 3]`: `frames` evenly spaced frames of each video in a row."
