@@ -354,7 +354,7 @@ def _draws(policy, prompts, gens, num_frames, H, W, noise, degradation, depths, 
 def generate(policy, prompts:list[str], seeds:list[int], num_frames:int=17, H:int=64, W:int=64, num_steps:int=20,
              guidance:float=3.0, noise:str='warped', degradation:float=0.0, batch:int=8,
              depths:torch.Tensor|None=None, # [B,H,W] for noise='clip' (`initial_latents`)
-             sde:str='', # '' : the flow ODE | iid: GRPO rollouts' SDE, iid draws | camera: draws made like the initial noise
+             sde:str='', # '' : the flow ODE | iid: GRPO rollouts' SDE | camera: its draws made like the initial noise
              noise_level:float=0.7, # the SDE's (Flow-GRPO's a)
             ) -> torch.Tensor:
     ("Videos `[B,F,3,H,W]` in [0,1] sampled with the flow ODE (classifier-free guidance against the empty caption), or "
@@ -369,10 +369,11 @@ def generate(policy, prompts:list[str], seeds:list[int], num_frames:int=17, H:in
         x = x0[i:i + batch].to(policy.device)
         if not sde:
             out.append(sample(policy, emb, x, num_steps, guidance, neg, noise_level=0.0).video.cpu()); continue
-        gens = [torch.Generator().manual_seed(SDE_SEED + s) for s in seeds[i:i + batch]]   # apart from the initial draws
+        gens = [torch.Generator().manual_seed(SDE_SEED + s) for s in seeds[i:i + batch]]   # apart from initial draws
         kind, dep = (noise, depths[i:i + batch] if depths is not None else None) if sde == 'camera' else ('plain', None)
         draw = lambda k: _draws(policy, prompts[i:i + batch], gens, num_frames, H, W, kind, degradation, dep, layout)
-        out.append(sample(policy, emb, x, num_steps, guidance, neg, noise_level=noise_level, step_noise=draw).video.cpu())
+        roll = sample(policy, emb, x, num_steps, guidance, neg, noise_level=noise_level, step_noise=draw)
+        out.append(roll.video.cpu())
     return torch.cat(out)
 
 SDE_SEED = 1 << 40   # generate()'s SDE draws use generators seeded seed + SDE_SEED
