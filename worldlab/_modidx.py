@@ -237,6 +237,7 @@ d = { 'settings': {'branch': 'main', 'doc_baseurl': '/', 'doc_host': '', 'git_ur
                                'worldlab.grpo.Trainer._log_failures': ('grpo.html#trainer._log_failures', 'worldlab/grpo.py'),
                                'worldlab.grpo.Trainer.advantages': ('grpo.html#trainer.advantages', 'worldlab/grpo.py'),
                                'worldlab.grpo.Trainer.batch_prompts': ('grpo.html#trainer.batch_prompts', 'worldlab/grpo.py'),
+                               'worldlab.grpo.Trainer.camera_draws': ('grpo.html#trainer.camera_draws', 'worldlab/grpo.py'),
                                'worldlab.grpo.Trainer.commanded': ('grpo.html#trainer.commanded', 'worldlab/grpo.py'),
                                'worldlab.grpo.Trainer.ema_weights': ('grpo.html#trainer.ema_weights', 'worldlab/grpo.py'),
                                'worldlab.grpo.Trainer.fit': ('grpo.html#trainer.fit', 'worldlab/grpo.py'),

@@ -211,13 +211,20 @@ def initial_noise(self:Trainer, prompt:str, gidx:int, n:int|None=None, # videos 
     traj = self.commanded(prompt)
     # settings.ini reads `none` as None
     if c.injection in ('none', None) or traj.note == NO_CAMERA_PHRASE: return plain, None
-    warped = torch.stack([camera_noise(traj, shape[0], *self.policy.vae_scale, method=c.warp_method,
-                                       degradation=c.noise_degradation, depth=self.warp_depth_map(),
-                                       generator=g) for _ in range(G)])
+    warped = self.camera_draws(traj, G, g)
     if c.injection == 'init': return inject_init(plain, warped), None
     if c.injection == 'stepwise_delta':
         return plain, stepwise_delta(plain, warped, c.wrap_strength, c.delta_steps, c.delta_kernel)
     raise ValueError(f"injection must be init, stepwise_delta or none; got {c.injection!r}")
+
+@patch
+def camera_draws(self:Trainer, traj, n:int, g:torch.Generator) -> torch.Tensor:
+    "n draws `[n,C,T,h,w]` of noise warped along `traj` the run's way (method, degradation, depth), from `g`."
+    c = self.cfg
+    C = self.policy.latent_shape(c.num_frames, c.height, c.width)[0]
+    return torch.stack([camera_noise(traj, C, *self.policy.vae_scale, method=c.warp_method,
+                                     degradation=c.noise_degradation, depth=self.warp_depth_map(), generator=g)
+                        for _ in range(n)])
 
 # %% ../nbs/12_grpo.ipynb #0054b38c
 @patch
@@ -226,15 +233,12 @@ def step_noise(self:Trainer, prompt:str, gidx:int, n:int|None=None): # videos (d
      "warped along the prompt's camera (`sde_noise='camera'`); None for iid draws.")
     c, G = self.cfg, n or self.cfg.group_size
     if c.sde_noise not in ('iid', 'camera'): raise ValueError(f"sde_noise must be iid or camera, got {c.sde_noise!r}")
+    if c.sde_noise == 'iid' or c.injection in ('none', None): return None     # the default: no trajectory built
     traj = self.commanded(prompt)
-    if c.sde_noise == 'iid' or c.injection in ('none', None) or traj.note == NO_CAMERA_PHRASE: return None
+    if traj.note == NO_CAMERA_PHRASE: return None
     if c.sde_form != 'flow_grpo': raise ValueError(f"sde_noise='camera' needs sde_form='flow_grpo', got {c.sde_form!r}")
-    C = self.policy.latent_shape(c.num_frames, c.height, c.width)[0]
     g = torch.Generator().manual_seed(_seed(c.seed, self.step, gidx, 4))
-    depth = self.warp_depth_map()
-    return lambda i: torch.stack([camera_noise(traj, C, *self.policy.vae_scale, method=c.warp_method,
-                                               degradation=c.noise_degradation, depth=depth, generator=g)
-                                  for _ in range(G)])
+    return lambda i: self.camera_draws(traj, G, g)
 
 
 # %% ../nbs/12_grpo.ipynb #4da4cd0e
