@@ -251,7 +251,8 @@ def rollout(self:Trainer, prompts:list[str], mine:list[int], # the batch's promp
     neg = self.neg.expand(c.group_size, -1, -1) if self.neg is not None else None
     rolls, embs = [], []
     for gidx in mine:
-        x0, inject = self.initial_noise(prompts[gidx], gidx)
+        x0, inject = self.initial_noise(prompts[gidx], gidx)           # drawn on the CPU: the same on any device
+        x0 = x0.to(self.policy.device)
         emb = self.policy.encode([prompts[gidx]]*c.group_size)
         with torch.no_grad():
             rolls.append(sample(self.policy, emb, x0, c.num_steps, c.guidance_scale, neg, c.noise_level, win,

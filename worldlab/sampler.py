@@ -43,7 +43,10 @@ def sde_step(v:torch.Tensor, x:torch.Tensor, # velocity and latents [B,...]
         return (mean if next_sample is None else next_sample), zero, mean, std
     const = math.log(std) + 0.5*math.log(2*math.pi)
     if next_sample is None:                            # drawn here: (x_next - mean)/std is the noise itself
-        eps = torch.randn(x.shape, generator=generator, dtype=x.dtype, device=x.device) if eps is None else eps.to(x)
+        # drawn where the generator lives (the trainer's CPU generators also serve a CUDA run), then moved to x
+        where = generator.device if generator is not None else x.device
+        if eps is None: eps = torch.randn(x.shape, generator=generator, dtype=x.dtype, device=where)
+        eps = eps.to(x)
         return mean + std*eps, -0.5*eps.square().mean(dims) - const, mean, std
     z = (next_sample.detach() - mean)/std
     return next_sample, -0.5*z.square().mean(dims) - const, mean, std
