@@ -73,6 +73,7 @@ def ini_parser() -> configparser.ConfigParser:
     "The parser settings.ini is read with: no interpolation, `#`/`;` comments, `[DEFAULT]` a plain section."
     return configparser.ConfigParser(interpolation=None, inline_comment_prefixes=('#', ';'), default_section='\0')
 
+# %% ../nbs/00_core.ipynb #2a599594
 def load_presets(path:str|Path|None=None, # an INI file (default: the project's settings.ini)
                 ) -> dict[str, dict]:
     "Presets in `path` as `{name: {key: typed value}}`: `[DEFAULT]`, then the preset it `inherit`s, then its own keys."
@@ -175,6 +176,7 @@ def to_uint8(video:torch.Tensor) -> np.ndarray: # float [...,F,3,H,W] in [0,1]
     v = torch.as_tensor(video).detach().float().clamp(0, 1).mul(255).round().to(torch.uint8)
     return v.movedim(-3, -1).cpu().numpy()
 
+# %% ../nbs/00_core.ipynb #eb12d1b3
 def psnr(a:torch.Tensor, b:torch.Tensor) -> torch.Tensor: # float [N,...] in [0,1]: frames [F,3,H,W], clips [N,F,3,H,W]
     "PSNR in dB of each item along the first axis `[N]` (MSE over the rest, floored at 1e-10: at most 100 dB)."
     import torch
@@ -603,6 +605,7 @@ def _bin_axis(traces:list, ax:str):
     return centres, [np.clip(np.searchsorted(edges, np.asarray(v, float), side='right') - 1, 0,
                              len(centres) - 1) for v in vals]
 
+# %% ../nbs/00_core.ipynb #193c02ea
 def histograms_as_heatmaps(d:dict) -> dict: # a figure dict
     "The figure with each histogram2d trace binned into a heatmap (bins shared per bingroup, as plotly does)."
     hs = [t for t in d['data'] if t.get('type') == 'histogram2d']
@@ -683,6 +686,7 @@ def _fit_pictures(mfig, axes:dict, L:dict, W:float):
     H = (W - 100)/gs.ncols*ratio*gs.nrows + 60 + 20*gs.nrows
     mfig.set_size_inches(W/100, min(max(H, 150), 2000)/100)
 
+# %% ../nbs/00_core.ipynb #f179207c
 def _draw_traces(d:dict, axes:dict, cats:dict, scales:dict) -> tuple[dict, dict, dict]:
     "Draw every trace; return legend entries, colour-bar panels per colour scale and 3D points per scene."
     L, legend, bars, pts = d['layout'], {}, {}, {}

@@ -124,6 +124,7 @@ class ClipSpec:
     sign: int = 1                 # direction of the object motion
     caption: str = ''
 
+# %% ../nbs/06b_corpus.ipynb #002db0ef
 def caption_for(spec:ClipSpec) -> str:
     "The clip's caption: World-R1's camera sentence, then the subject, what it does, and where."
     verb = f" that {DYNAMICS[spec.dynamic][1][spec.sign > 0]}" if spec.dynamic else ''
@@ -273,6 +274,7 @@ def markdown_table(df:pd.DataFrame) -> str:
     lines = ['| ' + ' | '.join(cols) + ' |', '|' + '---|'*len(cols)]
     return '\n'.join(lines + ['| ' + ' | '.join(map(str, r)) + ' |' for r in df.itertuples(index=False)])
 
+# %% ../nbs/06b_corpus.ipynb #3ce4afde
 def corpus_card(folder:str|Path, command:str='', seconds:float|None=None, rows:int=8) -> Path:
     "Write `folder/card.md` and `folder/strip.png` describing the corpus in `folder`."
     from PIL import Image

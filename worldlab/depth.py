@@ -140,6 +140,7 @@ class DepthPrior:
 
     def __repr__(self): return f"DepthPrior({self.label})"
 
+# %% ../nbs/06a_depth.ipynb #ad7281cc
 def save_depth_prior(net:DepthNet, path:str|Path, size=(64, 64), **info) -> Path:
     "Write the weights (half precision) with the architecture and `info` (how they were trained)."
     path = Path(path); path.parent.mkdir(parents=True, exist_ok=True)

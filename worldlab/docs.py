@@ -100,6 +100,7 @@ def _failure(nb, e:Exception) -> dict:
     msg = f"{err['ename']}: {_ANSI.sub('', err['evalue'])}" if err else f"{type(e).__name__}: {first}"
     return dict(state='failed', cell=None if bad is None else bad + 1, error=msg[:500])
 
+# %% ../nbs/00c_docs.ipynb #6b00d5bd
 def execute_notebook(src:str|Path, # a notebook
                      flags:list[str]|None=None, # cells with these directives are not run (default: `skip_flags()`)
                      timeout:int=600, # seconds a cell may take
@@ -222,6 +223,7 @@ def widget_outputs(model_id:str, # the model a widget output shows
 _WIDGET_NOTE = ('<p class="wl-widget-note">An ipywidgets control stands here in a live notebook{}: '
                 'open the notebook in Jupyter to use it.</p>')
 
+# %% ../nbs/00c_docs.ipynb #97152bfe
 def static_outputs(outputs:list, # a code cell's outputs
                    prefix:str, # makes element ids unique on the page
                    widgets:dict|None=None, # the notebook's widget states, to show what a widget displayed
@@ -529,6 +531,7 @@ _FIGURE_INFO = """el => ({kind: el.tagName.toLowerCase() === 'div' ? 'plotly' : 
 el.tagName === 'VIDEO' ? el.readyState >= 2 : true,
   traces: el.data ? el.data.length : null, src: (el.currentSrc || el.src || el.id || '').slice(0, 120)})"""
 
+# %% ../nbs/00c_docs.ipynb #32468f0b
 def _check_page(page, url:str, shot:Path|None, min_ink:float) -> dict:
     "Open one page and look at it."
     errors, rep = [], dict(url=url)
@@ -596,6 +599,7 @@ def check_pages(site:str|Path, # a built site (`build_site(...).site`)
     finally: srv.shutdown()
     return reports
 
+# %% ../nbs/00c_docs.ipynb #9287baff
 def page_problems(rep:dict) -> list[str]:
     "What is wrong with a page `check_pages` looked at, one line each (empty: nothing)."
     out = [f"{rep['page']}: console error: {e}" for e in rep['console_errors']]

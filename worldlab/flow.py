@@ -57,6 +57,7 @@ def apply_homography(Hm:torch.Tensor, # [...,3,3]
                          "large for the planar model (lower the strength, or raise z_ref)")
     return (q[..., :2, :]/q[..., 2:, :]).reshape(*Hm.shape[:-2], 2, *pts.shape[1:])
 
+# %% ../nbs/02_flow.ipynb #b05151c8
 def clamp_flow(flow:torch.Tensor, # [...,2,h,w]
                max_frac:float=0.25, # largest allowed magnitude as a fraction of max(H, W)
                size:tuple[int,int]|None=None, # (H, W) of the image (default: the flow's own h, w)

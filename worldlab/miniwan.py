@@ -209,12 +209,12 @@ def train_loop(model:torch.nn.Module, loss_fn, # loss_fn(step, generator) -> (lo
     model.eval()
     return pd.DataFrame(rows), shadow
 
+# %% ../nbs/11b_miniwan.ipynb #8a9a7870
 def load_ema(model:torch.nn.Module, shadow:list):
     "Copy EMA weights into the trainable parameters of `model`."
     with torch.no_grad():
         for p, s in zip([p for p in model.parameters() if p.requires_grad], shadow): p.copy_(s)
     return model
-
 
 # %% ../nbs/11b_miniwan.ipynb #86f4e56d
 def vae_loss(vae, x:torch.Tensor, # [B,3,F,H,W] in [-1,1]
@@ -267,6 +267,7 @@ def training_caption(caption:str, camera_text:str, generator:torch.Generator) ->
     cam = moves[int(torch.randint(len(moves), (), generator=generator))]
     return f"{camera_phrase([cam])} {scene_caption(caption)}"
 
+# %% ../nbs/11b_miniwan.ipynb #7273d5eb
 def shifted_sigma(u:torch.Tensor, shift:float) -> torch.Tensor:
     "The scheduler's timestep shift applied to σ in [0, 1]: `s·u / (1 + (s − 1)·u)`."
     return shift*u/(1 + (shift - 1)*u)
@@ -289,6 +290,7 @@ def training_noise(clips:Clips, idx:list[int], shape:tuple, warp_share:float, ge
         else: out.append(torch.randn(shape, generator=generator))
     return torch.stack(out), warped
 
+# %% ../nbs/11b_miniwan.ipynb #8007d37f
 def flow_matching_loss(transformer, latents:torch.Tensor, # [B,C,T,h,w]
                        emb:torch.Tensor, # [B,L,D]
                        noise:torch.Tensor, # like latents

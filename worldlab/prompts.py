@@ -92,6 +92,7 @@ class LoadReport:
     skipped: list[str] = field(default_factory=list)     # 'file:line: why' for lines that are not prompts
     errors: list[str] = field(default_factory=list)      # 'file:line: field: what is wrong'
 
+# %% ../nbs/06_prompts.ipynb #c74a0c79
 def read_prompt_file(path:str|Path, split:str, name:str|None=None, # name used in messages (default: the path)
                      strict:bool=True, # raise on the first bad line; False: collect errors and go on
                     ) -> LoadReport:
@@ -453,6 +454,7 @@ class PlanItem:
     subject: str            # chosen by the plan so the camera matches the scene
     affords: list[str]
 
+# %% ../nbs/06_prompts.ipynb #6f0d695b
 def plan_prompts(n_train:int=3000, n_dynamic:int=500, n_test:int=300, # sizes of the splits
                  chain_fraction:float=0.3, # share of two-move chains
                  seed:int=0) -> list[PlanItem]:

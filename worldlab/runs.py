@@ -153,6 +153,7 @@ def _same(a, b) -> bool:
     "Equal as JSON (a recorded list and a given tuple alike)."
     return json.dumps(a, sort_keys=True) == json.dumps(b, sort_keys=True)
 
+# %% ../nbs/00b_runs.ipynb #4ffe336e
 def prepare_run(name:str, # the run notebook's name
                 src:Path, # the run notebook
                 values:dict, # every parameter, from `resolve_params`
@@ -257,6 +258,7 @@ def _warnings(run_dir:Path) -> list[str]:
     try: return [str(w) for w in json.loads((run_dir/'metrics.json').read_text()).get('warnings', [])]
     except (OSError, ValueError, AttributeError): return []
 
+# %% ../nbs/00b_runs.ipynb #8c0b0558
 def execute_run(name:str, # a run notebook name (see `list_runs`)
                 params:dict|None=None, # parameter overrides
                 preset:str|None=None, # a settings.ini preset
@@ -350,6 +352,7 @@ def _parser() -> argparse.ArgumentParser:
                    help='then open every page in headless Chromium; screenshots and report in outputs/docs/<run-id>/')
     return ap
 
+# %% ../nbs/00b_runs.ipynb #34579e88
 def _print_runs(nbs):
     for name, path in list_runs(nbs).items():
         print(f"{name}  ({path.parent.name}/{path.name})")
@@ -371,6 +374,7 @@ def _report(a, res:RunResult) -> int:
           file=sys.stderr)
     return 1
 
+# %% ../nbs/00b_runs.ipynb #7396c066
 def main(argv:list[str]|None=None) -> int:
     "The `worldlab` command."
     a = _parser().parse_args(argv)

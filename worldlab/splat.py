@@ -247,6 +247,7 @@ def _gsplat_render(g, w2c, Ks, H, W, background):
                                   backgrounds=background.expand(len(w2c), 3) if background is not None else None)
     return img[..., :3].permute(0, 3, 1, 2), alpha[..., 0], img[..., 3]
 
+# %% ../nbs/04_splat.ipynb #2ac3f21c
 def render(g:Gaussians, # the scene
            c2w:torch.Tensor, # [4,4] or [V,4,4] camera-to-world
            K:torch.Tensor, # [3,3] or [V,3,3] intrinsics in pixels for (H, W)

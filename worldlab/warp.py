@@ -151,6 +151,7 @@ def _anchored(pre:torch.Tensor, # [T,2,k] points bounding each frame's pre-image
         frames.append(_pool_cells(val, xq[keep], yq[keep], hx[keep], hy[keep], h, w, generator))
     return torch.stack(frames)
 
+# %% ../nbs/03_warp.ipynb #5a9911fd
 def anchored_warp(homographies:torch.Tensor, # [T,3,3] first-frame pixel coords -> frame-t pixel coords
                   shape:tuple[int,int,int], # (C, h, w) of each frame
                   subpixel:int=4, # field cells per pixel along each axis
@@ -423,6 +424,7 @@ def mix_fresh(noise:torch.Tensor, # any shape, N(0,1)
 WARP_METHODS = ('anchored', 'frame_to_frame', 'discrete')   # camera_noise's transports
 WARP_METHOD_ALIASES = {'integral': 'anchored'}                # older name, still in recorded runs
 
+# %% ../nbs/03_warp.ipynb #13bf9f23
 def camera_noise(traj:Trajectory, # poses for every video frame (4k+1 of them)
                  channels:int=16, temporal:int=4, spatial:int=8, # the VAE's compression
                  method:str='anchored', # anchored (integral, exact), frame_to_frame (integral/step), discrete (release)
@@ -496,6 +498,7 @@ def inject_init(plain:torch.Tensor, warped:torch.Tensor, # [B,C,T,h,w] each
 
 def _mean_std(x): d = tuple(range(1, x.ndim)); return x.mean(d, keepdim=True), x.std(d, keepdim=True)
 
+# %% ../nbs/03_warp.ipynb #eb7e49a7
 @dataclass
 class StepwiseDelta:
     "The release's stepwise-delta injection: call it on the latents after each denoising step."
