@@ -1,0 +1,86 @@
+"""The GPU checks for a lent CUDA machine, without nbdev or a model hub there (`bash tests/gpu_check.sh` runs this):
+the `mini` preset trains on CUDA with i.i.d. and camera SDE draws, a CUDA rollout matches the CPU's from the same
+draws, and the camera noise at Wan2.1's full latent size is timed on both devices.
+`python tests/gpu_check.py --device cpu --preset mini-smoke` runs the same code on a CPU in about a minute."""
+import argparse, json, os, sys, tempfile, time
+from pathlib import Path
+
+import torch
+
+
+def train_steps(preset:str, device:str, steps:int, sde:str) -> dict:
+    "GRPO steps of `preset` on `device`: every step logged with finite reward, loss, KL and gradient norm; timings."
+    from worldlab.config import resolve
+    from worldlab.train import train
+    with tempfile.TemporaryDirectory() as d:
+        t0 = time.time()
+        h = train(resolve(preset, dict(device=device, steps=steps, sde_noise=sde)), d, progress=False)
+        cols = ['reward_mean', 'policy_loss', 'kl', 'grad_norm']
+        return dict(ok=bool(len(h) == steps and h[cols].notna().all().all()), seconds=round(time.time() - t0, 1),
+                    steps=len(h), reward_mean=[round(float(x), 4) for x in h.reward_mean],
+                    t_sample=round(float(h.t_sample.mean()), 2), t_reward=round(float(h.t_reward.mean()), 2),
+                    t_update=round(float(h.t_update.mean()), 2))
+
+
+def rollout_final(preset:str, device:str, sde:str) -> torch.Tensor:
+    "The first group's final latents of step 0 on `device` (the draws are made on the CPU either way)."
+    from worldlab.config import resolve
+    from worldlab.train import make_trainer
+    with tempfile.TemporaryDirectory() as d:
+        tr = make_trainer(resolve(preset, dict(device=device, steps=1, sde_noise=sde)), d)
+        _, prompts = tr.batch_prompts()
+        rolls, _ = tr.rollout(prompts, [0], tr.window())
+        return rolls[0].final.float().cpu()
+
+
+def warp_timing(device:str, repeats:int=3) -> dict:
+    "Seconds for one camera noise at Wan2.1's 81 frames of 480x832 (latents 16x21x60x104), and its statistics."
+    from worldlab.camera import trajectory_from_prompt
+    from worldlab.warp import camera_noise
+    traj = trajectory_from_prompt('Camera orbit left. A castle on a hill.', 81, 480, 832)
+    g = torch.Generator(device).manual_seed(0)
+    z = camera_noise(traj, 16, 4, 8, generator=g, device=device)                     # warm-up (kernels, caches)
+    times = []
+    for _ in range(repeats):
+        if device == 'cuda': torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        z = camera_noise(traj, 16, 4, 8, generator=g, device=device)
+        if device == 'cuda': torch.cuda.synchronize()
+        times.append(time.perf_counter() - t0)
+    return dict(shape=list(z.shape), seconds=sorted(times)[len(times)//2], mean=float(z.mean()), std=float(z.std()))
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__)
+    ap.add_argument('--device', default='cuda')
+    ap.add_argument('--preset', default='mini')
+    ap.add_argument('--steps', type=int, default=2)
+    ap.add_argument('--out', default=os.environ.get('OUT', '.'))
+    a = ap.parse_args(argv)
+    if a.device == 'cuda' and not torch.cuda.is_available(): sys.exit("gpu_check: torch sees no CUDA device")
+    res, failed = dict(device=a.device, torch=torch.__version__,
+                       gpu=torch.cuda.get_device_name() if a.device == 'cuda' else None), []
+    def check(name, fn):
+        try: res[name] = fn()
+        except Exception as e:                                    # one failing check does not hide the others
+            import traceback
+            res[name] = dict(ok=False, error=f"{type(e).__name__}: {e}", traceback=traceback.format_exc()[-3000:])
+        if not res[name].get('ok', True): failed.append(name)
+        print(name, json.dumps({k: v for k, v in res[name].items() if k != 'traceback'}), flush=True)
+    for sde in ('iid', 'camera'):
+        check(f'train_{sde}', lambda: train_steps(a.preset, a.device, a.steps, sde))
+    def parity():
+        here, cpu = rollout_final(a.preset, a.device, 'camera'), rollout_final(a.preset, 'cpu', 'camera')
+        rel = float((here - cpu).norm()/cpu.norm())
+        # float32 on both, but CUDA's kernels (TF32 convolutions included) round differently over the steps
+        return dict(ok=rel < 2e-2, relative_l2=rel, max_abs=float((here - cpu).abs().max()), bound=2e-2)
+    check('rollout_parity', parity)
+    check('warp_timing', lambda: warp_timing(a.device) | dict(ok=True))
+    if a.device == 'cuda': check('warp_timing_cpu', lambda: warp_timing('cpu', 1) | dict(ok=True))
+    Path(a.out).mkdir(parents=True, exist_ok=True)
+    (Path(a.out)/'gpu_check.json').write_text(json.dumps(res, indent=1))
+    print('FAILED: ' + ', '.join(failed) if failed else 'all GPU checks passed')
+    return 1 if failed else 0
+
+
+if __name__ == '__main__': sys.exit(main())
