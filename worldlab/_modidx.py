@@ -111,6 +111,7 @@ d = { 'settings': {'branch': 'main', 'doc_baseurl': '/', 'doc_host': '', 'git_ur
                                'worldlab.core.pick_dtype': ('core.html#pick_dtype', 'worldlab/core.py'),
                                'worldlab.core.plain_text': ('core.html#plain_text', 'worldlab/core.py'),
                                'worldlab.core.post_json': ('core.html#post_json', 'worldlab/core.py'),
+                               'worldlab.core.process_device': ('core.html#process_device', 'worldlab/core.py'),
                                'worldlab.core.project_root': ('core.html#project_root', 'worldlab/core.py'),
                                'worldlab.core.psnr': ('core.html#psnr', 'worldlab/core.py'),
                                'worldlab.core.read_video': ('core.html#read_video', 'worldlab/core.py'),

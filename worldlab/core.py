@@ -15,12 +15,13 @@ import numpy as np                  # torch is imported by the functions that us
 
 # %% auto #0
 __all__ = ['PNG_RENDERERS', 'project_root', 'shared_dataset', 'parse_value', 'ini_parser', 'load_presets', 'load_preset',
-           'seed_everything', 'pick_device', 'pick_dtype', 'to_float', 'to_uint8', 'psnr', 'write_video', 'read_video',
-           'make_run_id', 'use_temporary_outputs', 'outputs_root', 'run_folder', 'save_json', 'RequestFailed',
-           'post_json', 'mpl_color', 'mpl_cmap', 'plain_text', 'fill_template', 'decode_arrays', 'figure_panels',
-           'panel_grid', 'category_ticks', 'draw_scatter', 'draw_bar', 'decode_image_source', 'draw_image',
-           'draw_heatmap', 'scene_axes_map', 'draw_scatter3d', 'histograms_as_heatmaps', 'figure_to_matplotlib',
-           'figure_png', 'image_ink', 'figure_html', 'SavedFigure', 'save_figure', 'wan_latent_shape']
+           'seed_everything', 'pick_device', 'process_device', 'pick_dtype', 'to_float', 'to_uint8', 'psnr',
+           'write_video', 'read_video', 'make_run_id', 'use_temporary_outputs', 'outputs_root', 'run_folder',
+           'save_json', 'RequestFailed', 'post_json', 'mpl_color', 'mpl_cmap', 'plain_text', 'fill_template',
+           'decode_arrays', 'figure_panels', 'panel_grid', 'category_ticks', 'draw_scatter', 'draw_bar',
+           'decode_image_source', 'draw_image', 'draw_heatmap', 'scene_axes_map', 'draw_scatter3d',
+           'histograms_as_heatmaps', 'figure_to_matplotlib', 'figure_png', 'image_ink', 'figure_html', 'SavedFigure',
+           'save_figure', 'wan_latent_shape']
 
 # %% ../nbs/00_core.ipynb #a90e2314
 def project_root(start:str|Path|None=None, # folder to start from (default: the current folder, then this file's)
@@ -120,14 +121,21 @@ def pick_device(device:str|torch.device='auto', # 'auto', 'cpu', 'cuda', 'cuda:1
                ) -> torch.device:
     "The torch device to use; asking for CUDA where there is none is an error, never a silent CPU."
     import torch
-    if str(device) == 'auto': return torch.device('cuda' if torch.cuda.is_available() else 'cpu')
+    if str(device) == 'auto': return process_device(torch.device('cuda' if torch.cuda.is_available() else 'cpu'))
     d = torch.device(device)
     if d.type == 'cuda' and not torch.cuda.is_available():
         raise RuntimeError(f"device={device!r} was asked for but torch sees no CUDA GPU here "
                            f"(torch {torch.__version__}); pass device='cpu' or run on a GPU node")
     if d.type == 'mps' and not torch.backends.mps.is_available():
         raise RuntimeError(f"device={device!r} was asked for but MPS is not available here")
-    return d
+    return process_device(d)
+
+def process_device(d:torch.device) -> torch.device:
+    ("A bare 'cuda' as this process's GPU: `cuda:LOCAL_RANK` under a multi-process launch (accelerate, torchrun), "
+     "where every rank would otherwise load its model onto GPU 0; any other device as it is.")
+    import torch
+    rank = os.environ.get('LOCAL_RANK')
+    return torch.device('cuda', int(rank)) if d.type == 'cuda' and d.index is None and rank is not None else d
 
 _DTYPES = {'fp32': 'float32', 'float32': 'float32', 'bf16': 'bfloat16', 'bfloat16': 'bfloat16',
            'fp16': 'float16', 'float16': 'float16'}   # names of torch dtypes

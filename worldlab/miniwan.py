@@ -221,7 +221,7 @@ def vae_loss(vae, x:torch.Tensor, # [B,3,F,H,W] in [-1,1]
              kl_weight:float=1e-4, generator=None) -> tuple[torch.Tensor, dict]:
     "Reconstruction (L1 + L2) plus `kl_weight` × the mean KL to N(0, 1) per latent value."
     post = vae.encode(x).latent_dist
-    z = post.mean + post.std*torch.randn(post.mean.shape, generator=generator)
+    z = post.mean + post.std*torch.randn(post.mean.shape, generator=generator).to(post.mean)   # a CPU draw, any device
     y = vae.decode(z).sample
     mse = F.mse_loss(y, x)
     kl = 0.5*(post.mean**2 + post.var - 1 - post.logvar).mean()

@@ -12,7 +12,8 @@ from pathlib import Path
 import pandas as pd
 import torch
 
-from .core import parse_value, project_root, save_json, save_figure, seed_everything, to_uint8, write_video
+from .core import (parse_value, pick_device, project_root, save_json, save_figure, seed_everything, to_uint8,
+                           write_video)
 from .config import RunConfig, TrainConfig, fields_help, resolve, split
 from .grpo import Trainer
 from .policy import WanPolicy
@@ -93,11 +94,12 @@ def load_policy(rc:RunConfig):
     if rc.transformer and rc.model != 'mini':
         raise ValueError(f"transformer={rc.transformer!r} replaces mini-Wan's transformer: it needs model='mini', "
                          f"got {rc.model!r}")
-    if rc.model == 'tiny': return WanPolicy.tiny(seed=0, device=rc.device)
+    dev = pick_device(rc.device)                     # under accelerate or torchrun: this process's GPU
+    if rc.model == 'tiny': return WanPolicy.tiny(seed=0, device=dev)
     if rc.model == 'mini':
         from worldlab.miniwan import load_mini_wan   # lazy: miniwan, only for model='mini'
-        return load_mini_wan(device=rc.device, transformer=rc.transformer or None)
-    return WanPolicy.from_pretrained(rc.model, rc.device, rc.dtype)
+        return load_mini_wan(device=dev, transformer=rc.transformer or None)
+    return WanPolicy.from_pretrained(rc.model, dev, rc.dtype)
 
 def _configs(params) -> tuple[TrainConfig, RunConfig]:
     "A run's two configs from themselves, or from a flat dict of fields (checked by `config.split`)."
