@@ -228,3 +228,18 @@ def test_reward_and_train_help_show_defaults_names_and_fields():
     assert r.returncode == 0, r.stderr
     missing = [f.name for f in fields(TrainConfig) + fields(RunConfig) if f.name not in r.stdout]
     assert not missing, missing
+
+
+def test_ablations_refuse_to_average_runs_that_differ_in_more_than_their_seed(tmp_path):
+    runs = tmp_path/'runs'
+    for seed, lr in ((0, 3e-4), (1, 3e-3)):              # one preset, two learning rates: not two seeds of one arm
+        d = runs/f'full-s{seed}'; d.mkdir(parents=True)
+        (d/'status.json').write_text(json.dumps(dict(state='done', ok=True)))
+        (d/'metrics.json').write_text(json.dumps(dict(preset='mini', seed=seed, steps=40)))
+        (d/'eval.csv').write_text('model,kind,prompt,seed,PSNR\n')
+        (d/'params.json').write_text(json.dumps(dict(parameters=dict(overrides={'learning_rate': lr}))))
+    r = worldlab('run', 'mini_ablations', '--out', tmp_path/'out', '-p', 'runs', runs, '-p', 'dynamics_pairs', 0,
+                 '--quiet')
+    assert r.returncode != 0
+    said = r.stdout + r.stderr
+    assert 'differ in more than their seed' in said and 'full-s0' in said and 'full-s1' in said, said
