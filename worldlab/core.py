@@ -17,7 +17,7 @@ import numpy as np                  # torch is imported by the functions that us
 __all__ = ['PNG_RENDERERS', 'project_root', 'shared_dataset', 'parse_value', 'ini_parser', 'load_presets', 'load_preset',
            'seed_everything', 'pick_device', 'process_device', 'pick_dtype', 'to_float', 'to_uint8', 'psnr',
            'write_video', 'read_video', 'make_run_id', 'use_temporary_outputs', 'outputs_root', 'run_folder',
-           'save_json', 'RequestFailed', 'post_json', 'mpl_color', 'mpl_cmap', 'plain_text', 'fill_template',
+           'save_json', 'run_ref', 'RequestFailed', 'post_json', 'mpl_color', 'mpl_cmap', 'plain_text', 'fill_template',
            'decode_arrays', 'figure_panels', 'panel_grid', 'category_ticks', 'draw_scatter', 'draw_bar',
            'decode_image_source', 'draw_image', 'draw_heatmap', 'scene_axes_map', 'draw_scatter3d',
            'histograms_as_heatmaps', 'figure_to_matplotlib', 'figure_png', 'image_ink', 'figure_html', 'SavedFigure',
@@ -281,6 +281,32 @@ def save_json(obj, # anything JSON can hold, plus numpy/torch values and Paths
     except BaseException: tmp.unlink(missing_ok=True); raise
     os.replace(tmp, path)
     return path
+
+# %% ../nbs/00_core.ipynb #b5adacff
+def run_ref(ref:str|Path, # 'NAME:latest' (newest finished run of NAME), 'NAME:RUN_ID', or a path
+            root:str|Path|None=None, # outputs folder (default: `outputs_root()`)
+           ) -> Path:
+    "The folder a run parameter names: `train:latest` is the newest finished `outputs/train/<run-id>/`; else a path."
+    s = str(ref)
+    name, _, rid = s.partition(':')
+    if rid and '/' not in name and not Path(s).exists():
+        base = (Path(root) if root is not None else outputs_root())/name
+        if rid != 'latest':
+            if not (base/rid).is_dir(): raise FileNotFoundError(f"{s!r}: no run folder {base/rid}")
+            return base/rid
+        runs = sorted(d for d in base.glob('*') if _finished(d)) if base.is_dir() else []
+        if not runs: raise FileNotFoundError(f"{s!r}: no finished run under {base} (run `worldlab run {name}` first)")
+        return runs[-1]
+    if not Path(s).exists(): raise FileNotFoundError(f"{s!r} is neither a path nor NAME:latest / NAME:RUN_ID")
+    return Path(s)
+
+def _finished(run_dir:Path) -> bool:
+    "Whether the run folder's `status.json` says it finished."
+    f = run_dir/'status.json'
+    if not f.is_file(): return False
+    st = json.loads(f.read_text())
+    return (st.get('state') or ('done' if st.get('ok') else 'failed')) == 'done'
+
 
 # %% ../nbs/00_core.ipynb #4c9a2d38
 class RequestFailed(RuntimeError):
