@@ -19,7 +19,8 @@ from .sampler import sample, logprob
 from .warp import camera_noise, inject_init, stepwise_delta
 
 # %% auto #0
-__all__ = ['group_advantages', 'grpo_loss', 'kl_to_reference', 'PeriodicSchedule', 'shard_transformer', 'Trainer']
+__all__ = ['group_advantages', 'grpo_loss', 'kl_to_reference', 'PeriodicSchedule', 'shard_transformer', 'Trainer',
+           'commanded_camera', 'load_warp_depth', 'camera_noise_draws', 'make_initial_noise', 'make_step_noise']
 
 # %% ../nbs/12_grpo.ipynb #5dc61f72
 from .reward_contract import channel_mean_reward, compose_rewards, target_image_reward
@@ -174,28 +175,77 @@ def window(self:Trainer) -> tuple[int, int]:
     lo = random.Random(_seed(self.cfg.seed, self.step, 2)).randrange(0, n - w + 1)
     return lo, lo + w
 
+# %% ../nbs/12_grpo.ipynb #4398f95f
+def commanded_camera(cfg:TrainConfig, prompt:str):
+    "The camera trajectory `prompt` commands at `cfg`'s video size, chain timing and orbit centre."
+    return trajectory_from_prompt(prompt, cfg.num_frames, cfg.height, cfg.width, timing=cfg.chain_timing,
+                                  orbit=cfg.orbit_centre)
+
+# %% ../nbs/12_grpo.ipynb #d24d272c
+def load_warp_depth(cfg:TrainConfig) -> torch.Tensor|None:
+    ("The first-frame depth `[H,W]` the camera noise is warped by: None for the paper's one plane (`warp_depth` ''), "
+     "else `cfg.warp_depth` ('layout': the corpus's depth layout, or a saved tensor's path).")
+    if not cfg.warp_depth: return None
+    if cfg.warp_method != 'anchored':
+        raise ValueError(f"warp_depth={cfg.warp_depth!r} needs warp_method='anchored', got {cfg.warp_method!r}")
+    from worldlab.corpus import load_layout_depth   # lazy: the corpus, only for depth-warped noise
+    d = load_layout_depth(None if cfg.warp_depth == 'layout' else cfg.warp_depth)
+    if tuple(d.shape) != (cfg.height, cfg.width):
+        raise ValueError(f"warp_depth {cfg.warp_depth!r} is {tuple(d.shape)}; this run's frames are "
+                         f"{(cfg.height, cfg.width)}")
+    return d
+
+# %% ../nbs/12_grpo.ipynb #b3ff9c53
+def camera_noise_draws(policy, cfg:TrainConfig, traj, n:int, generator:torch.Generator,
+                       depth:torch.Tensor|None=None, # [H,W] from `load_warp_depth(cfg)` (None: one plane)
+                      ) -> torch.Tensor:
+    "n draws `[n,C,T,h,w]` of noise warped along `traj` the config's way (method, degradation, depth), from `generator`."
+    C = policy.latent_shape(cfg.num_frames, cfg.height, cfg.width)[0]
+    return torch.stack([camera_noise(traj, C, *policy.vae_scale, method=cfg.warp_method,
+                                     degradation=cfg.noise_degradation, depth=depth, generator=generator)
+                        for _ in range(n)])
+
+# %% ../nbs/12_grpo.ipynb #c31199be
+def make_initial_noise(policy, cfg:TrainConfig, prompt:str, n:int, generator:torch.Generator,
+                       depth:torch.Tensor|None=None, # [H,W] from `load_warp_depth(cfg)`
+                      ) -> tuple[torch.Tensor, object]:
+    ("Initial latents `[n,C,T,h,w]` for `prompt` and the stepwise-delta injector (or None): a plain draw from "
+     "`generator`, then, when the prompt commands a camera, its warped draws (`init`: blended in now; "
+     "`stepwise_delta`: injected after each step).")
+    plain = torch.randn(n, *policy.latent_shape(cfg.num_frames, cfg.height, cfg.width), generator=generator)
+    traj = commanded_camera(cfg, prompt)
+    # settings.ini reads `none` as None
+    if cfg.injection in ('none', None) or traj.note == NO_CAMERA_PHRASE: return plain, None
+    warped = camera_noise_draws(policy, cfg, traj, n, generator, depth)
+    if cfg.injection == 'init': return inject_init(plain, warped), None
+    if cfg.injection == 'stepwise_delta':
+        return plain, stepwise_delta(plain, warped, cfg.wrap_strength, cfg.delta_steps, cfg.delta_kernel)
+    raise ValueError(f"injection must be init, stepwise_delta or none; got {cfg.injection!r}")
+
+# %% ../nbs/12_grpo.ipynb #9d8e8e60
+def make_step_noise(policy, cfg:TrainConfig, prompt:str, n:int, generator:torch.Generator,
+                    depth:torch.Tensor|None=None): # [H,W] from `load_warp_depth(cfg)`
+    ("The SDE steps' draws for `prompt`: a function `i -> [n,...]`, called once per SDE step in order, of fresh noise "
+     "warped along its camera from `generator` (`sde_noise='camera'`); None for iid draws.")
+    if cfg.sde_noise not in ('iid', 'camera'): raise ValueError(f"sde_noise must be iid or camera, got {cfg.sde_noise!r}")
+    if cfg.sde_noise == 'iid' or cfg.injection in ('none', None): return None     # the default: no trajectory built
+    traj = commanded_camera(cfg, prompt)
+    if traj.note == NO_CAMERA_PHRASE: return None
+    if cfg.sde_form != 'flow_grpo':
+        raise ValueError(f"sde_noise='camera' needs sde_form='flow_grpo', got {cfg.sde_form!r}")
+    return lambda i: camera_noise_draws(policy, cfg, traj, n, generator, depth)
+
 # %% ../nbs/12_grpo.ipynb #ed64e8a4
 @patch
 def commanded(self:Trainer, prompt:str):
     "The camera trajectory a prompt commands, with this run's chain timing and orbit centre."
-    c = self.cfg
-    return trajectory_from_prompt(prompt, c.num_frames, c.height, c.width, timing=c.chain_timing, orbit=c.orbit_centre)
+    return commanded_camera(self.cfg, prompt)
 
 @patch
 def warp_depth_map(self:Trainer) -> torch.Tensor|None:
-    ("The first-frame depth `[H,W]` the camera noise is warped by: None for the paper's one plane (`warp_depth` ''), "
-     "else `cfg.warp_depth` ('layout': the corpus's depth layout, or a saved tensor's path), loaded once.")
-    c = self.cfg
-    if not c.warp_depth: return None
-    if getattr(self, '_warp_depth', None) is None:
-        if c.warp_method != 'anchored':
-            raise ValueError(f"warp_depth={c.warp_depth!r} needs warp_method='anchored', got {c.warp_method!r}")
-        from worldlab.corpus import load_layout_depth   # lazy: the corpus, only for depth-warped noise
-        d = load_layout_depth(None if c.warp_depth == 'layout' else c.warp_depth)
-        if tuple(d.shape) != (c.height, c.width):
-            raise ValueError(f"warp_depth {c.warp_depth!r} is {tuple(d.shape)}; this run's frames are "
-                             f"{(c.height, c.width)}")
-        self._warp_depth = d
+    "The first-frame depth `[H,W]` the camera noise is warped by (`load_warp_depth`), loaded once."
+    if not self.cfg.warp_depth: return None
+    if getattr(self, '_warp_depth', None) is None: self._warp_depth = load_warp_depth(self.cfg)
     return self._warp_depth
 
 # %% ../nbs/12_grpo.ipynb #b4d1f0e2
@@ -203,43 +253,26 @@ def warp_depth_map(self:Trainer) -> torch.Tensor|None:
 def initial_noise(self:Trainer, prompt:str, gidx:int, n:int|None=None, # videos (default: the group size)
                   seed:int|None=None, # default: from the run's seed, the step and the group
                  ) -> tuple[torch.Tensor, object]:
-    "Initial latents [n,...] for one group, and the stepwise-delta injector (or None)."
-    c, G = self.cfg, n or self.cfg.group_size
-    shape = self.policy.latent_shape(c.num_frames, c.height, c.width)
+    "Initial latents [n,...] for one group, and the stepwise-delta injector (or None): `make_initial_noise`."
+    c = self.cfg
     g = torch.Generator().manual_seed(_seed(c.seed, self.step, gidx, 1) if seed is None else seed)
-    plain = torch.randn(G, *shape, generator=g)
-    traj = self.commanded(prompt)
-    # settings.ini reads `none` as None
-    if c.injection in ('none', None) or traj.note == NO_CAMERA_PHRASE: return plain, None
-    warped = self.camera_draws(traj, G, g)
-    if c.injection == 'init': return inject_init(plain, warped), None
-    if c.injection == 'stepwise_delta':
-        return plain, stepwise_delta(plain, warped, c.wrap_strength, c.delta_steps, c.delta_kernel)
-    raise ValueError(f"injection must be init, stepwise_delta or none; got {c.injection!r}")
+    depth = self.warp_depth_map() if c.injection not in ('none', None) else None   # loaded only when used
+    return make_initial_noise(self.policy, c, prompt, n or c.group_size, g, depth)
 
 @patch
 def camera_draws(self:Trainer, traj, n:int, g:torch.Generator) -> torch.Tensor:
     "n draws `[n,C,T,h,w]` of noise warped along `traj` the run's way (method, degradation, depth), from `g`."
-    c = self.cfg
-    C = self.policy.latent_shape(c.num_frames, c.height, c.width)[0]
-    return torch.stack([camera_noise(traj, C, *self.policy.vae_scale, method=c.warp_method,
-                                     degradation=c.noise_degradation, depth=self.warp_depth_map(), generator=g)
-                        for _ in range(n)])
+    return camera_noise_draws(self.policy, self.cfg, traj, n, g, self.warp_depth_map())
 
 # %% ../nbs/12_grpo.ipynb #0054b38c
 @patch
 def step_noise(self:Trainer, prompt:str, gidx:int, n:int|None=None): # videos (default: the group size)
     ("The SDE steps' draws for one group: a function `i -> [n,...]`, called once per SDE step in order, of fresh noise "
-     "warped along the prompt's camera (`sde_noise='camera'`); None for iid draws.")
-    c, G = self.cfg, n or self.cfg.group_size
-    if c.sde_noise not in ('iid', 'camera'): raise ValueError(f"sde_noise must be iid or camera, got {c.sde_noise!r}")
-    if c.sde_noise == 'iid' or c.injection in ('none', None): return None     # the default: no trajectory built
-    traj = self.commanded(prompt)
-    if traj.note == NO_CAMERA_PHRASE: return None
-    if c.sde_form != 'flow_grpo': raise ValueError(f"sde_noise='camera' needs sde_form='flow_grpo', got {c.sde_form!r}")
+     "warped along the prompt's camera (`sde_noise='camera'`); None for iid draws (`make_step_noise`).")
+    c = self.cfg
     g = torch.Generator().manual_seed(_seed(c.seed, self.step, gidx, 4))
-    return lambda i: self.camera_draws(traj, G, g)
-
+    return make_step_noise(self.policy, c, prompt, n or c.group_size, g,
+                           self.warp_depth_map() if c.sde_noise == 'camera' and c.injection not in ('none', None) else None)
 
 # %% ../nbs/12_grpo.ipynb #4da4cd0e
 @patch
