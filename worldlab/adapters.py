@@ -229,7 +229,8 @@ def read_checkpoint(ck:str|Path|dict, # a GRPO checkpoint.pt, or the dict `Train
     key = {n: re.sub(r'\.lora_([AB])\.[^.]+\.weight$', r'.lora_\1.weight', n) for n in names}
     values = list(st['trainable'].values())
     if ema:
-        if st.get('ema') is None: raise ValueError(f"adapter {where}: the checkpoint has no EMA copy (trained with ema=0)")
+        if st.get('ema') is None:
+            raise ValueError(f"adapter {where}: the checkpoint has no EMA copy (trained with ema=0)")
         bad = len(st['ema']) != len(values) or any(e.shape != v.shape for e, v in zip(st['ema'], values))
         if bad: raise ValueError(f"adapter {where}: the EMA list does not line up with the trained weights")
         values = st['ema']
@@ -242,10 +243,13 @@ def read_checkpoint(ck:str|Path|dict, # a GRPO checkpoint.pt, or the dict `Train
 # %% ../nbs/11d_adapters.ipynb #688b0d7a
 def read_adapter(path:str|Path, # any path `resolve_adapter` accepts
                  ema:bool=False) -> Adapter:
-    "The adapter at `path`, in whichever format it is stored."
+    "The adapter at `path`, in whichever format it is stored (with the meta of its `worldlab_adapter.json`)."
     fmt, f = resolve_adapter(path, ema)
     if fmt == 'checkpoint': return read_checkpoint(f, ema)
-    return {'diffusers': read_diffusers, 'peft': read_peft, 'legacy': read_legacy}[fmt](f)
+    a = {'diffusers': read_diffusers, 'peft': read_peft, 'legacy': read_legacy}[fmt](f)
+    note = f.parent/META_FILE
+    if note.is_file(): a.meta = json.loads(note.read_text()).get('meta', {})   # what export_adapter kept
+    return a
 
 def adapter_hash(path:str|Path, ema:bool=False) -> str:
     "`sha256:<hex>` of the weight file `path` stands for (a checkpoint's EMA copy: `#ema` appended)."
@@ -294,7 +298,8 @@ def load_adapter(policy, path, # any path `resolve_adapter` accepts, or an Adapt
     check_fits(a, tr)
     have = set(tr.peft_config) if getattr(tr, '_hf_peft_config_loaded', False) else set()
     name = name or ('default' if 'default' not in have else f'adapter_{len(have)}')
-    if name in have: raise ValueError(f"adapter {a.path}: an adapter named {name!r} is already attached: pass another name")
+    if name in have:
+        raise ValueError(f"adapter {a.path}: an adapter named {name!r} is already attached: pass another name")
     tr.add_adapter(LoraConfig(r=a.rank, lora_alpha=a.alpha, target_modules=a.modules), adapter_name=name)
     res = set_peft_model_state_dict(tr, a.state, adapter_name=name)
     lost = [k for k in res.unexpected_keys if 'lora_' in k] + [k for k in res.missing_keys if f'.{name}.' in k]

@@ -475,22 +475,18 @@ def evaluate_videos(videos:torch.Tensor, prompts:list[str], # [B,F,3,H,W] in [0,
 
 # %% ../nbs/11b_miniwan.ipynb #c396d42e
 def save_adapter(policy, folder:str|Path, rank:int, alpha:int, targets=('to_q', 'to_k', 'to_v', 'to_out.0')) -> Path:
-    "Write the policy's LoRA adapter: `adapter.safetensors` and `adapter.json` (rank, alpha, target modules)."
-    from safetensors.torch import save_file
-    folder = Path(folder); folder.mkdir(parents=True, exist_ok=True)
-    save_file({k: v.contiguous() for k, v in policy.lora_state().items()}, folder/'adapter.safetensors')
-    save_json(dict(rank=rank, alpha=alpha, targets=list(targets)), folder/'adapter.json')
-    return folder
+    "Write the policy's LoRA adapter in diffusers' and PEFT's formats (`adapters.export_adapter`)."
+    from worldlab.adapters import export_adapter   # lazy: adapters (11d) writes and reads every adapter format
+    return export_adapter(policy, folder, rank, alpha, targets)
 
+# %% ../nbs/11b_miniwan.ipynb #5b1e7a20
 def load_rl_adapter(policy, folder:str|Path|None=None) -> WanPolicy:
-    ("Attach a saved LoRA adapter (default: the shipped `data/mini_wan_rl`) to `policy`; `policy.reference()` switches "
-     "it off.")
-    from safetensors.torch import load_file
+    ("Attach a saved LoRA adapter of any format `adapters.load_adapter` reads (default: the shipped "
+     "`data/mini_wan_rl`) to `policy`; `policy.reference()` switches it off.")
+    from worldlab.adapters import load_adapter   # lazy: adapters (11d)
     folder = Path(folder) if folder is not None else mini_wan_dir().parent/'mini_wan_rl'
-    if not (folder/'adapter.json').exists():
+    if not folder.exists():
         raise FileNotFoundError(f"no LoRA adapter at {folder}: train one with `worldlab run mini_world_r1 --preset "
                                 "mini -p install_adapter true`")
-    cfg = json.loads((folder/'adapter.json').read_text())
-    policy.add_lora(cfg['rank'], cfg['alpha'], tuple(cfg['targets']))
-    policy.load_lora_state(load_file(folder/'adapter.safetensors'))
+    load_adapter(policy, folder)
     return policy

@@ -14,6 +14,7 @@ import torch
 
 from .core import (parse_value, pick_device, project_root, save_json, save_figure, seed_everything, to_uint8,
                            write_video)
+from .adapters import export_checkpoint
 from .config import RunConfig, TrainConfig, fields_help, resolve, split
 from .grpo import Trainer
 from .policy import WanPolicy
@@ -122,7 +123,8 @@ def make_trainer(params:dict|tuple, # (TrainConfig, RunConfig), or a flat dict o
 # %% ../nbs/13_train.ipynb #1b3bb63e
 def train(params:dict|tuple, # (TrainConfig, RunConfig), e.g. resolve('tiny', overrides), or a flat dict of their fields
           run_dir:str|Path, progress:bool=True, trainer:Trainer|None=None) -> pd.DataFrame:
-    "Train (resuming from `run_dir/checkpoint.pt` when present), log a row per step to `metrics.csv`; the history."
+    ("Train (resuming from `run_dir/checkpoint.pt` when present), log a row per step to `metrics.csv`, export the "
+     "adapter (`adapter/`, `adapter_ema/`); the history.")
     trainer = trainer or make_trainer(params, run_dir)
     tc, rc, policy, run_dir = trainer.cfg, trainer.run_config, trainer.policy, Path(run_dir)
     main_p, dyn_p = trainer.prompts['main'], trainer.prompts['dynamic']
@@ -138,6 +140,10 @@ def train(params:dict|tuple, # (TrainConfig, RunConfig), e.g. resolve('tiny', ov
         if rc.sample_every and m['step'] % rc.sample_every == 0:
             write_sample(trainer, main_p[0], run_dir/f"sample_{m['step']:05d}.mp4")
     trainer.fit(rc.steps, rc.checkpoint_every, log=log, progress=progress)
+    ck = (trainer.run_dir or run_dir)/'checkpoint.pt'
+    if trainer.acc.is_main_process and ck.exists():   # final and EMA weights, in diffusers' and PEFT's formats
+        export_checkpoint(ck, run_dir, meta=dict(model=rc.model, run=str(run_dir)))
+    trainer.acc.wait_for_everyone()
     return pd.read_csv(log_path).drop_duplicates('step', keep='last') if log_path.exists() else pd.DataFrame()
 
 def write_sample(trainer:Trainer, prompt:str, path:Path):
