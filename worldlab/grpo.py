@@ -199,7 +199,7 @@ def load_warp_depth(cfg:TrainConfig) -> torch.Tensor|None:
 def camera_noise_draws(policy, cfg:TrainConfig, traj, n:int, generator:torch.Generator,
                        depth:torch.Tensor|None=None, # [H,W] from `load_warp_depth(cfg)` (None: one plane)
                       ) -> torch.Tensor:
-    "n draws `[n,C,T,h,w]` of noise warped along `traj` the config's way (method, degradation, depth), from `generator`."
+    "n draws `[n,C,T,h,w]` of noise warped along `traj` the config's way (method, degradation, depth) from `generator`."
     C = policy.latent_shape(cfg.num_frames, cfg.height, cfg.width)[0]
     return torch.stack([camera_noise(traj, C, *policy.vae_scale, method=cfg.warp_method,
                                      degradation=cfg.noise_degradation, depth=depth, generator=generator)
@@ -227,7 +227,8 @@ def make_step_noise(policy, cfg:TrainConfig, prompt:str, n:int, generator:torch.
                     depth:torch.Tensor|None=None): # [H,W] from `load_warp_depth(cfg)`
     ("The SDE steps' draws for `prompt`: a function `i -> [n,...]`, called once per SDE step in order, of fresh noise "
      "warped along its camera from `generator` (`sde_noise='camera'`); None for iid draws.")
-    if cfg.sde_noise not in ('iid', 'camera'): raise ValueError(f"sde_noise must be iid or camera, got {cfg.sde_noise!r}")
+    if cfg.sde_noise not in ('iid', 'camera'):
+        raise ValueError(f"sde_noise must be iid or camera, got {cfg.sde_noise!r}")
     if cfg.sde_noise == 'iid' or cfg.injection in ('none', None): return None     # the default: no trajectory built
     traj = commanded_camera(cfg, prompt)
     if traj.note == NO_CAMERA_PHRASE: return None
@@ -271,8 +272,8 @@ def step_noise(self:Trainer, prompt:str, gidx:int, n:int|None=None): # videos (d
      "warped along the prompt's camera (`sde_noise='camera'`); None for iid draws (`make_step_noise`).")
     c = self.cfg
     g = torch.Generator().manual_seed(_seed(c.seed, self.step, gidx, 4))
-    return make_step_noise(self.policy, c, prompt, n or c.group_size, g,
-                           self.warp_depth_map() if c.sde_noise == 'camera' and c.injection not in ('none', None) else None)
+    used = c.sde_noise == 'camera' and c.injection not in ('none', None)      # the depth is loaded only when used
+    return make_step_noise(self.policy, c, prompt, n or c.group_size, g, self.warp_depth_map() if used else None)
 
 # %% ../nbs/12_grpo.ipynb #4da4cd0e
 @patch
