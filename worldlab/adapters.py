@@ -17,9 +17,10 @@ from .core import run_ref, save_json
 
 # %% auto #0
 __all__ = ['DIFFUSERS_FILE', 'PEFT_CONFIG', 'PEFT_WEIGHTS', 'LEGACY_CONFIG', 'LEGACY_WEIGHTS', 'META_FILE', 'FORMATS', 'Adapter',
-           'check_state', 'as_adapter', 'file_hash', 'write_diffusers', 'write_peft', 'export_adapter',
-           'resolve_adapter', 'read_diffusers', 'read_peft', 'read_legacy', 'read_checkpoint', 'read_adapter',
-           'adapter_hash', 'check_fits', 'set_adapter_scales', 'load_adapter', 'attached_adapters', 'export_checkpoint']
+           'check_state', 'as_adapter', 'file_hash', 'state_hash', 'folded_state', 'write_diffusers', 'write_peft',
+           'export_adapter', 'resolve_adapter', 'read_diffusers', 'read_peft', 'read_legacy', 'read_checkpoint',
+           'read_adapter', 'adapter_hash', 'check_fits', 'set_adapter_scales', 'load_adapter', 'attached_adapters',
+           'export_checkpoint']
 
 # %% ../nbs/11d_adapters.ipynb #75b3c43f
 DIFFUSERS_FILE = 'pytorch_lora_weights.safetensors'          # what `WanPipeline.load_lora_weights(folder)` reads
@@ -100,12 +101,22 @@ def file_hash(path:str|Path) -> str:
         for chunk in iter(lambda: f.read(1 << 20), b''): h.update(chunk)
     return h.hexdigest()
 
+def state_hash(state:dict) -> str:
+    "sha256 over the tensors by sorted name, dtype, shape and bytes: the same weights hash alike in any file."
+    h = hashlib.sha256()
+    for k in sorted(state):
+        v = state[k].detach().cpu().contiguous()
+        h.update(f'{k}|{v.dtype}|{tuple(v.shape)}|'.encode()); h.update(v.reshape(-1).view(torch.uint8).numpy())
+    return h.hexdigest()
+
+def folded_state(a:Adapter) -> dict:
+    "The weights with alpha/rank folded into lora_B: the same update for a reader that takes alpha = rank."
+    return {k: (v*(a.alpha/a.rank) if '.lora_B.' in k else v).contiguous() for k, v in a.state.items()}
+
 def write_diffusers(a:Adapter, folder:Path) -> Path:
     "diffusers' Wan LoRA file, with alpha/rank folded into lora_B (the file says lora_alpha = r)."
     from diffusers import WanPipeline
-    s = a.alpha/a.rank
-    state = {k: (v*s if '.lora_B.' in k else v).contiguous() for k, v in a.state.items()}
-    WanPipeline.save_lora_weights(folder, transformer_lora_layers=state, weight_name=DIFFUSERS_FILE,
+    WanPipeline.save_lora_weights(folder, transformer_lora_layers=folded_state(a), weight_name=DIFFUSERS_FILE,
                                   transformer_lora_adapter_metadata=dict(r=a.rank, lora_alpha=a.rank,
                                                                          target_modules=a.modules))
     return folder/DIFFUSERS_FILE
@@ -134,11 +145,13 @@ def export_adapter(state_or_policy, # a policy with a LoRA, a state dict as `lor
     a = as_adapter(state_or_policy, rank, alpha, targets)
     folder = Path(folder); folder.mkdir(parents=True, exist_ok=True)
     meta = {**a.meta, **(meta or {})}
-    files = {}
-    if 'diffusers' in formats: files['diffusers'] = write_diffusers(a, folder)
-    if 'peft' in formats: files['peft'] = write_peft(a, folder, meta.get('model'))
+    files, hashes = {}, {}
+    if 'diffusers' in formats: files['diffusers'], hashes['diffusers'] = write_diffusers(a, folder), folded_state(a)
+    if 'peft' in formats: files['peft'], hashes['peft'] = write_peft(a, folder, meta.get('model')), a.state
+    hashes = {k: 'sha256:' + state_hash(v) for k, v in hashes.items()}   # adapter_hash of each file
     save_json(dict(format='worldlab.adapter/1', rank=a.rank, alpha=a.alpha, targets=a.targets, modules=len(a.modules),
-                   files={k: dict(file=p.name, sha256=file_hash(p)) for k, p in files.items()},
+                   hash=hashes.get('peft', hashes.get('diffusers')),       # adapter_hash(folder): PEFT's when written
+                   files={k: dict(file=p.name, sha256=file_hash(p), hash=hashes[k]) for k, p in files.items()},
                    diffusers_alpha='alpha/rank folded into lora_B; the file says lora_alpha = r',
                    source=str(source or a.path), meta=meta, worldlab_version=__version__,
                    created=time.strftime('%Y-%m-%dT%H:%M:%S%z')), folder/META_FILE)
@@ -164,6 +177,7 @@ def resolve_adapter(path:str|Path, # a folder, a weight file, a checkpoint.pt, a
     if not p.exists() and ':' in str(path): p = run_ref(path)
     if not p.exists(): raise FileNotFoundError(f"adapter {path}: no such file or folder")
     if p.is_file() and p.suffix == '.pt': return 'checkpoint', p
+    if p.is_file() and p.name in (PEFT_CONFIG, PEFT_WEIGHTS, LEGACY_CONFIG, LEGACY_WEIGHTS): p = p.parent   # its folder
     fmt = 'diffusers' if p.is_file() and p.name.endswith('.safetensors') else None if p.is_file() else _folder_format(p)
     if fmt is not None:
         if ema: raise ValueError(f"adapter {p}: ema=True picks the EMA copy of a checkpoint.pt or a run folder; "
@@ -252,9 +266,8 @@ def read_adapter(path:str|Path, # any path `resolve_adapter` accepts
     return a
 
 def adapter_hash(path:str|Path, ema:bool=False) -> str:
-    "`sha256:<hex>` of the weight file `path` stands for (a checkpoint's EMA copy: `#ema` appended)."
-    fmt, f = resolve_adapter(path, ema)
-    return f"sha256:{file_hash(f)}" + ('#ema' if ema and fmt == 'checkpoint' else '')
+    "`sha256:<hex>` of the weights `read_adapter(path, ema)` reads (their content, not the file's bytes)."
+    return 'sha256:' + state_hash(read_adapter(path, ema).state)
 
 # %% ../nbs/11d_adapters.ipynb #3f47bbb0
 def check_fits(a:Adapter, transformer):
@@ -317,7 +330,8 @@ def attached_adapters(policy) -> list[dict]:
 # %% ../nbs/11d_adapters.ipynb #720f22af
 def export_checkpoint(checkpoint, # a GRPO checkpoint.pt, a run folder holding one, or the dict `Trainer.state()` gives
                       folder:str|Path|None=None, # where adapter/ and adapter_ema/ go (default: the checkpoint's folder)
-                      formats=FORMATS, meta:dict|None=None) -> dict[str, Path]:
+                      formats=FORMATS, meta:dict|None=None,
+                      ema:bool=True) -> dict[str, Path]: # also the EMA copy, when the checkpoint has one
     "Write a checkpoint's final adapter to `folder/adapter/` and its EMA (if any) to `folder/adapter_ema/`."
     src = ''
     if not isinstance(checkpoint, dict):
@@ -328,8 +342,8 @@ def export_checkpoint(checkpoint, # a GRPO checkpoint.pt, a run folder holding o
     if folder is None and not src: raise ValueError("export_checkpoint of a state dict needs a folder")
     folder = Path(folder) if folder is not None else src.parent
     out = {}
-    for ema, sub in ((False, 'adapter'), (True, 'adapter_ema')):
-        if ema and checkpoint.get('ema') is None: continue
-        a = read_checkpoint(checkpoint, ema, where=str(src))
+    for copy, sub in ((False, 'adapter'), (True, 'adapter_ema')):
+        if copy and (not ema or checkpoint.get('ema') is None): continue
+        a = read_checkpoint(checkpoint, copy, where=str(src))
         out[sub] = export_adapter(a, folder/sub, formats=formats, meta=meta, source=str(src))
     return out
