@@ -317,14 +317,13 @@ def load_adapter(policy, path, # any path `resolve_adapter` accepts, or an Adapt
     res = set_peft_model_state_dict(tr, a.state, adapter_name=name)
     lost = [k for k in res.unexpected_keys if 'lora_' in k] + [k for k in res.missing_keys if f'.{name}.' in k]
     if lost: raise RuntimeError(f"adapter {a.path}: peft did not place {lost[:3]}")
-    policy.adapters = {**getattr(policy, 'adapters', {}), name: dict(
-        name=name, path=a.path, scale=float(scale), format=a.format,
-        hash=adapter_hash(path, ema) if not isinstance(path, Adapter) else '')}
+    policy.adapters = {**getattr(policy, 'adapters', {}), name: dict(     # adapter_hash(path, ema), without a re-read
+        name=name, path=a.path, scale=float(scale), format=a.format, ema=ema, hash='sha256:' + state_hash(a.state))}
     set_adapter_scales(policy)
     return name
 
 def attached_adapters(policy) -> list[dict]:
-    "What `load_adapter` attached: name, path, scale, format, hash."
+    "What `load_adapter` attached: name, path, scale, format, ema, hash (what a video's sidecar lists)."
     return [dict(r) for r in getattr(policy, 'adapters', {}).values()]
 
 # %% ../nbs/11d_adapters.ipynb #720f22af
