@@ -6,7 +6,7 @@ trainer, its log and curves. The `train` run notebook calls it in one process; `
 
 # %% ../nbs/13_train.ipynb #57bf688c
 from __future__ import annotations
-import argparse, dataclasses, json, random, sys, time
+import argparse, dataclasses, json, random, re, sys, time
 from pathlib import Path
 
 import pandas as pd
@@ -14,7 +14,7 @@ import torch
 
 from .core import (parse_value, pick_device, project_root, save_json, save_figure, seed_everything, to_uint8,
                            write_video)
-from .adapters import export_checkpoint
+from .adapters import export_checkpoint, read_adapter
 from .config import RunConfig, TrainConfig, fields_help, resolve, split
 from .grpo import Trainer
 from .policy import WanPolicy
@@ -23,7 +23,7 @@ from .reward_contract import channel_mean_reward
 
 # %% auto #0
 __all__ = ['load_prompt_sets', 'simple_rewards', 'build_rewards', 'load_policy', 'make_trainer', 'train', 'write_sample',
-           'plot_training', 'main']
+           'warm_start', 'plot_training', 'main']
 
 # %% ../nbs/13_train.ipynb #b095a7af
 def load_prompt_sets(spec:str, seed:int=0) -> tuple[list[str], list[str]]:
@@ -157,6 +157,24 @@ def write_sample(trainer:Trainer, prompt:str, path:Path):
                    noise_level=0.0, inject=inject).video[0]
     write_video(path, to_uint8(v.float().cpu()), fps=8)
 
+
+# %% ../nbs/13_train.ipynb #b81f42e6
+def warm_start(trainer:Trainer, path, # an adapter in any format `adapters.read_adapter` reads, or a run folder
+               ema:bool=False): # a checkpoint's or a run's EMA copy
+    "Start the trainer's LoRA from an adapter's weights (rescaled to its alpha); the EMA restarts from them."
+    from torch.distributed.checkpoint.state_dict import StateDictOptions, set_model_state_dict
+    a, tc = read_adapter(path, ema), trainer.cfg
+    if a.rank != tc.lora_rank:
+        raise ValueError(f"adapter {a.path}: rank {a.rank}, but the run trains rank {tc.lora_rank} (set lora_rank)")
+    trained = {n for n, p in trainer.policy.transformer.named_parameters() if p.requires_grad}
+    name = lambda k: re.sub(r'\.lora_([AB])\.weight$', r'.lora_\1.default.weight', k)   # peft's parameter name
+    full = {name(k): v for k, v in a.state_for(tc.lora_alpha).items()}
+    extra = sorted(set(full) - trained)
+    if extra: raise ValueError(f"adapter {a.path}: {extra[0]} is not trained by this run (lora_targets "
+                               f"{tc.lora_targets}): set lora_targets to cover {a.targets}")
+    set_model_state_dict(trainer.policy.transformer, full, options=StateDictOptions(full_state_dict=True, strict=False))
+    if trainer.ema is not None: trainer.ema = [p.detach().clone() for p in trainer.params]
+    return trainer
 
 # %% ../nbs/13_train.ipynb #69f96adf
 def plot_training(hist:pd.DataFrame):
