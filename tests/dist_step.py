@@ -1,5 +1,6 @@
 """Two GRPO steps on the tiny Wan, then a checkpoint; used by test_train.py in 1 process, 2 processes (DDP rule)
-or 2 processes with the transformer sharded by FSDP2. Usage: dist_step.py OUT.pt [ddp|fsdp]"""
+or 2 processes with the transformer sharded by FSDP2. Usage: dist_step.py OUT.pt [ddp|fsdp] [ADAPTER]; with an ADAPTER
+(test_adapters.py) the trainer is warm-started from it and checkpointed without a step."""
 import sys, torch
 from worldlab.policy import WanPolicy
 from worldlab.grpo import Trainer, TrainConfig, channel_mean_reward
@@ -9,7 +10,10 @@ cfg = TrainConfig(height=32, width=32, num_frames=5, num_steps=4, group_size=3, 
                   learning_rate=1e-3, clip_range=0.2, beta=0.01, reward_weights={'red': 1.0}, ema=0.9, seed=7, fsdp=mode == 'fsdp')
 tr = Trainer(WanPolicy.tiny(seed=0), cfg, {'red': channel_mean_reward(0)},
              ['camera pan left a red house', 'camera push in a lake at dawn'])
-metrics = [tr.train_step() for _ in range(2)]
+if len(sys.argv) > 3:
+    from worldlab.train import warm_start
+    warm_start(tr, sys.argv[3]); metrics = []
+else: metrics = [tr.train_step() for _ in range(2)]
 tr.save(out)                                     # every process takes part (FSDP gathers the shards)
 if tr.acc.is_main_process:
     st = torch.load(out, weights_only=False)

@@ -12,9 +12,10 @@ ENV = {**os.environ, 'OMP_NUM_THREADS': '1'}
 TARGETS = ('to_q', 'to_k', 'to_v', 'to_out.0')
 
 
-def _dist(out, nproc, mode):
-    "tests/dist_step.py as tests/test_train.py launches it: two GRPO steps of the tiny twin, then a checkpoint."
+def _dist(out, nproc, mode, warm=None):
+    "tests/dist_step.py as tests/test_train.py launches it: two GRPO steps of the tiny twin (or a warm start), a checkpoint."
     cmd = ([str(BIN/'torchrun'), '--nproc_per_node', str(nproc)] if nproc > 1 else [sys.executable]) + ['tests/dist_step.py', str(out), mode]
+    cmd += [str(warm)] if warm else []
     r = subprocess.run(cmd, cwd=ROOT, env=ENV, capture_output=True, text=True, timeout=900)
     assert r.returncode == 0, r.stderr[-3000:]
     return out
@@ -25,7 +26,8 @@ def _predict(policy, x, prompt='camera push in a red house'):
 
 
 def test_fsdp_checkpoint_exports_the_adapter_of_one_process(tmp_path):
-    "Final and EMA weights of a 2-process FSDP2 checkpoint, exported, match a 1-process run's; diffusers loads both alike."
+    """Final and EMA weights of a 2-process FSDP2 checkpoint, exported, match a 1-process run's; diffusers loads both alike;
+    two FSDP2 processes warm-started from the export checkpoint exactly its weights."""
     from worldlab.adapters import export_checkpoint, read_adapter, DIFFUSERS_FILE
     from worldlab.policy import WanPolicy, tiny_wan
     one, fsdp = _dist(tmp_path/'one.pt', 1, 'ddp'), _dist(tmp_path/'fsdp.pt', 2, 'fsdp')
@@ -45,6 +47,13 @@ def test_fsdp_checkpoint_exports_the_adapter_of_one_process(tmp_path):
             v[k] = _predict(WanPolicy(pipe, max_sequence_length=32), x)
         torch.testing.assert_close(v['fsdp'], v['one'], atol=1e-5, rtol=1e-4)
         assert (v['one'] - _predict(WanPolicy.tiny(seed=0), x)).abs().max() > 1e-6            # and it is not the base
+    # and back: two FSDP2 processes warm-start from the exported adapter; their checkpoint holds it (final and EMA)
+    from worldlab.adapters import read_checkpoint
+    warm = _dist(tmp_path/'warm.pt', 2, 'fsdp', ex['one']['adapter'])
+    a = read_adapter(ex['one']['adapter'])
+    for ema in (False, True):
+        ck = read_checkpoint(warm, ema)
+        assert set(ck.state) == set(a.state) and all(torch.equal(ck.state[k], a.state[k]) for k in a.state)
 
 
 @pytest.fixture(scope='module')
