@@ -1,6 +1,7 @@
 """The GPU checks for a lent CUDA machine, without nbdev or a model hub there (`bash tests/gpu_check.sh` runs this):
 the `mini` preset trains on CUDA with i.i.d. and camera SDE draws, a CUDA rollout matches the CPU's from the same
-draws, and the camera noise at Wan2.1's full latent size is timed on both devices.
+draws, `worldlab run generate`'s code makes the same mini-Wan videos (shipped adapter on) on CUDA as on the CPU,
+and the camera noise at Wan2.1's full latent size is timed on both devices.
 `python tests/gpu_check.py --device cpu --preset mini-smoke` runs the same code on a CPU in about a minute."""
 import argparse, json, os, sys, tempfile, time
 from pathlib import Path
@@ -50,6 +51,19 @@ def warp_timing(device:str, repeats:int=3) -> dict:
     return dict(shape=list(z.shape), seconds=sorted(times)[len(times)//2], mean=float(z.mean()), std=float(z.std()))
 
 
+def generate_videos(preset:str, device:str, out:str) -> dict:
+    "`worldlab run generate`'s code on `device`: two held-out captions with the shipped RL adapter; frames [N,F,H,W,3]."
+    from worldlab.config import resolve
+    from worldlab.core import read_video
+    from worldlab.generate import GenerateConfig, generate
+    cfg, rc = resolve(preset, dict(device=device))
+    t0 = time.time()
+    res = generate(cfg, rc, GenerateConfig(prompts='mini:test', limit=2, seeds='1', adapters='data/mini_wan_rl'),
+                   Path(out)/f'generate_{device}', progress=False)
+    frames = [read_video(Path(out)/f'generate_{device}'/'videos'/f'{s}.mp4')[0] for s in sorted(res.made + res.kept)]
+    return dict(seconds=round(time.time() - t0, 1), videos=len(frames), frames=frames)
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument('--device', default='cuda')
@@ -75,6 +89,15 @@ def main(argv=None):
         # float32 on both, but CUDA's kernels (TF32 convolutions included) round differently over the steps
         return dict(ok=rel < 2e-2, relative_l2=rel, max_abs=float((here - cpu).abs().max()), bound=2e-2)
     check('rollout_parity', parity)
+    def generate_parity():
+        here = generate_videos(a.preset, a.device, a.out)
+        cpu = generate_videos(a.preset, 'cpu', a.out) if a.device != 'cpu' else here
+        diff = max(float(abs(x.astype(float) - y.astype(float)).mean())/255
+                   for x, y in zip(here['frames'], cpu['frames']))
+        # the same draws on both devices; the mp4s differ only by kernels' rounding through the steps and the decoder
+        return dict(ok=here['videos'] == cpu['videos'] == 2 and diff < 0.02, mean_abs=diff, bound=0.02,
+                    seconds=here['seconds'], seconds_cpu=cpu['seconds'])
+    check('generate_parity', generate_parity)
     check('warp_timing', lambda: warp_timing(a.device) | dict(ok=True))
     if a.device == 'cuda': check('warp_timing_cpu', lambda: warp_timing('cpu', 1) | dict(ok=True))
     Path(a.out).mkdir(parents=True, exist_ok=True)
