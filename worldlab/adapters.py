@@ -326,7 +326,7 @@ def attached_adapters(policy) -> list[dict]:
     "What `load_adapter` attached: name, path, scale, format, ema, hash (what a video's sidecar lists)."
     return [dict(r) for r in getattr(policy, 'adapters', {}).values()]
 
-# %% ../nbs/11d_adapters.ipynb #720f22af
+# %% ../nbs/11d_adapters.ipynb #6a9f1d5f
 def export_checkpoint(checkpoint, # a GRPO checkpoint.pt, a run folder holding one, or the dict `Trainer.state()` gives
                       folder:str|Path|None=None, # where adapter/ and adapter_ema/ go (default: the checkpoint's folder)
                       formats=FORMATS, meta:dict|None=None,
