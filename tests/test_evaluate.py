@@ -2,7 +2,8 @@
 statistics package or several reconstructions: bad input stops the CLI before any video is scored; the paired
 comparison and the intervals agree with scipy's paired t-test and t interval; a rerun scores only the missing videos;
 real corpus clips score above their broken copies."""
-import json, math, os, subprocess, sys
+import json, math, os, subprocess, sys, threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import numpy as np, pandas as pd, pytest, torch
@@ -126,3 +127,41 @@ def test_real_clips_beat_broken_copies_many(tmp_path):
         for m in metrics:
             r = table.loc[(copy, m)]
             assert r.margin > 0 and r.z > 3 and r.real_better >= 0.75, table.round(4).to_string()
+
+
+class _LeftJudge(BaseHTTPRequestHandler):
+    "An OpenAI-compatible judge that always prefers video A (the left one); counts requests."
+    calls = 0
+    def log_message(self, *a): pass
+    def do_POST(self):
+        self.rfile.read(int(self.headers['Content-Length']))
+        type(self).calls += 1
+        w = dict(video_a_analysis='a', video_b_analysis='b', winner='A')
+        acts = [dict(action_id=i + 1, action_label='x', **w) for i in range(4)]
+        v = dict(action_control=dict(actions=acts, overall_summary='s', overall_winner='A'),
+                 visual_quality=dict(temporal_consistency=w, dynamic_generation_quality=w,
+                                     artifacts_and_structure_integrity=w, overall_summary='s', overall_winner='A'))
+        data = json.dumps({'choices': [{'message': {'content': json.dumps(v)}}]}).encode()
+        self.send_response(200); self.send_header('Content-Type', 'application/json')
+        self.send_header('Content-Length', str(len(data))); self.end_headers(); self.wfile.write(data)
+
+
+def test_cli_two_folders_paired_and_judged(tmp_path):
+    "Two folders end to end: paired table, report, and a position-biased judge's win rate pooled over both orders: 1/2."
+    spec = ev.held_out_clips(1)[0]
+    from worldlab.corpus import render_clip
+    frames = render_clip(spec)[0]
+    ev.save_video(tmp_path/'base', 'p0000_s0', frames, spec.caption, seed=0)
+    ev.save_video(tmp_path/'tuned', 'p0000_s0', frames[:, :, ::-1].copy(), spec.caption, seed=0)   # mirrored
+    server = ThreadingHTTPServer(('127.0.0.1', 0), _LeftJudge)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        r = run_evaluate(tmp_path/'out', 'two', ('videos', f"{tmp_path/'base'},{tmp_path/'tuned'}"),
+                         ('judge_url', f'http://127.0.0.1:{server.server_address[1]}/v1'))
+    finally: server.shutdown()
+    assert r.returncode == 0, (r.stdout + r.stderr)[-3000:]
+    d = tmp_path/'out'/'evaluate'/'two'
+    paired = pd.read_csv(d/'paired.csv').set_index('metric')
+    assert paired.loc['PSNR', 'pairs'] == 1 and (d/'report.html').exists() and (d/'strips'/'PSNR.png').exists()
+    win = pd.read_csv(d/'win_rate.csv').set_index('axis')
+    assert _LeftJudge.calls == 2 and (win.b_mean == 0.5).all(), win                # one chunk, judged in both orders
