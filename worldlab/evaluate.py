@@ -54,9 +54,11 @@ def _check_camera(cam, where:str, num_frames) -> None:
     if not isinstance(cam, dict): raise _field_error(where, 'camera', 'an object (trajectory_to_dict)', cam)
     if not cam.get('commanded', True): return
     try: t = trajectory_from_dict(cam)
-    except (ValueError, TypeError, RuntimeError) as e: raise ValueError(f"{where}: field 'camera' is not a trajectory: {e}")
+    except (ValueError, TypeError, RuntimeError) as e:
+        raise ValueError(f"{where}: field 'camera' is not a trajectory: {e}") from None
     if tuple(t.c2w.shape[1:]) != (4, 4) or tuple(t.K.shape) != (3, 3):
-        raise _field_error(where, 'camera.c2w', '[F,4,4] with camera.K [3,3]', f"{list(t.c2w.shape)}, {list(t.K.shape)}")
+        got = f"{list(t.c2w.shape)}, {list(t.K.shape)}"
+        raise _field_error(where, 'camera.c2w', '[F,4,4] with camera.K [3,3]', got)
     if num_frames is not None and len(t) != num_frames:
         raise ValueError(f"{where}: field 'camera.c2w' has {len(t)} poses but 'num_frames' is {num_frames}")
 
@@ -115,13 +117,14 @@ def read_mapping(path:str|Path) -> pd.DataFrame:
         with open(path, newline='', encoding='utf-8') as f:
             reader = csv.DictReader(f)
             if not {'video', 'prompt'} <= set(reader.fieldnames or []):
-                raise ValueError(f"{path}:1: the header must name the columns video and prompt (optional: seed, dynamic),"
-                                 f" got {reader.fieldnames}")
+                raise ValueError(f"{path}:1: the header must name the columns video and prompt "
+                                 f"(optional: seed, dynamic), got {reader.fieldnames}")
             for r in reader: rows.append(_mapping_row(r, f"{path}:{reader.line_num}"))
     else: raise ValueError(f"{path}: a mapping must be .csv or .jsonl")
     df = pd.DataFrame(rows, columns=['video', 'prompt', 'seed', 'dynamic', 'where']).astype({'seed': 'Int64'})
     if len(dup := df[df.video.duplicated(keep=False)]):
-        raise ValueError(f"{dup['where'].iloc[1]}: video {dup.video.iloc[0]!r} is mapped twice ({dup['where'].iloc[0]})")
+        w = dup['where'].tolist()
+        raise ValueError(f"{w[1]}: video {dup.video.iloc[0]!r} is mapped twice ({w[0]})")
     return df
 
 # %% ../nbs/13b_evaluate.ipynb #f7845265
@@ -194,7 +197,8 @@ def prepare_video(frames, plan:dict) -> torch.Tensor: # uint8 [F,H,W,3]; from ev
 def commanded_camera(prompt:str, camera:dict|None, plan:dict) -> Trajectory:
     "The commanded camera at the evaluated frames and size: the sidecar's, else the prompt's."
     n, H, W = plan['source_frames'], plan['source_H'], plan['source_W']
-    t = trajectory_from_dict(camera) if camera and camera.get('commanded', True) else trajectory_from_prompt(prompt, n, H, W)
+    given = camera and camera.get('commanded', True)
+    t = trajectory_from_dict(camera) if given else trajectory_from_prompt(prompt, n, H, W)
     if len(t) != n: raise ValueError(f"the commanded camera has {len(t)} poses but the video has {n} frames")
     t = t.resized(H, W) if (t.H, t.W) != (H, W) else t
     return t.at(plan['frames']).resized(plan['H'], plan['W'])
@@ -339,7 +343,8 @@ def summarise(results:pd.DataFrame, by:str='folder', metrics=None, level:float=0
         dyn = ok[ok.dynamic.astype('boolean').fillna(False)] if 'dynamic' in ok else ok.iloc[:0]
         for m in metrics:
             sub, subset = (dyn, 'dynamic prompts') if m == 'dynamics' and len(dyn) else (ok, 'all')
-            rows.append({by: g, 'metric': m, 'subset': subset, 'failed': int(len(df) - len(ok))} | mean_ci(sub[m], level))
+            rows.append({by: g, 'metric': m, 'subset': subset, 'failed': int(len(df) - len(ok))}
+                        | mean_ci(sub[m], level))
     return pd.DataFrame(rows)
 
 # %% ../nbs/13b_evaluate.ipynb #a6294a31
@@ -400,7 +405,8 @@ def write_report(run_dir:str|Path, results:pd.DataFrame, summary:pd.DataFrame,
     parts = [f"<h1>worldlab evaluate</h1><p>{esc(notes)}</p><h2>Back-ends</h2><ul>"]
     parts += [f"<li><b>{esc(k_)}</b>: {esc(v)}</li>" for k_, v in (labels or {}).items()] + ['</ul>']
     parts += ['<h2>Summary (95% intervals)</h2>', summary.to_html(index=False, float_format='%.4g')]
-    if paired is not None: parts += ['<h2>Paired by (prompt, seed)</h2>', paired.to_html(index=False, float_format='%.4g')]
+    if paired is not None:
+        parts += ['<h2>Paired by (prompt, seed)</h2>', paired.to_html(index=False, float_format='%.4g')]
     parts.append(f"<h2>Best and worst videos per metric (top {k} rows: best; then worst)</h2>")
     for m in METRICS:
         if (strip := metric_strip(results, m, k, max_frames, short_side)) is None: continue
