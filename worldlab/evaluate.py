@@ -23,10 +23,10 @@ from .rewards import ReconCache, consistency_rerender, dynamics_degree
 
 # %% auto #0
 __all__ = ['VIDEO_FORMAT', 'RGEN_SOURCES', 'METRICS', 'RECON_COLUMNS', 'PRIMITIVE_ACTIONS', 'CATCH', 'save_video', 'read_sidecar',
-           'read_mapping', 'collect_videos', 'read_mapping_empty', 'eval_plan', 'prepare_video', 'commanded_camera',
-           'Backends', 'load_backends', 'commanded_class', 'score_video', 'read_results', 'evaluate_one',
-           'evaluate_items', 'mean_ci', 'summarise', 'paired_compare', 'metric_strip', 'write_report', 'judge_pairs',
-           'win_rate', 'judge_win_rate', 'held_out_clips', 'write_broken_copies', 'validation_table']
+           'read_mapping', 'collect_videos', 'eval_plan', 'prepare_video', 'commanded_camera', 'Backends',
+           'load_backends', 'commanded_class', 'score_video', 'read_results', 'evaluate_one', 'evaluate_items',
+           'mean_ci', 'summarise', 'paired_compare', 'metric_strip', 'write_report', 'judge_pairs', 'win_rate',
+           'judge_win_rate', 'held_out_clips', 'write_broken_copies', 'validation_table']
 
 # %% ../nbs/13b_evaluate.ipynb #86de774b
 VIDEO_FORMAT = 'worldlab.video/1'
@@ -140,13 +140,17 @@ def _labels(dirs:list[Path]) -> list[str]:
     names = [(d.parent if d.name == 'videos' else d).name for d in dirs]
     return [n if names.count(n) == 1 else f"{n}#{i}" for i, n in enumerate(names)]
 
+def _empty_mapping() -> pd.DataFrame:
+    "An empty mapping (no file given)."
+    return pd.DataFrame(columns=['video', 'prompt', 'seed', 'dynamic', 'where'])
+
 # %% ../nbs/13b_evaluate.ipynb #c3b80e18
 def collect_videos(folders:list, # video folders (or generate run folders)
                    mapping:str|Path|None=None, # CSV/JSONL mapping video -> prompt for mp4s without a sidecar
                   ) -> pd.DataFrame:
     "One row per video: folder label, stem, path, prompt, seed, dynamic, source and the sidecar's camera."
     dirs = [_video_dir(Path(f)) for f in ([folders] if isinstance(folders, (str, Path)) else folders)]
-    maps = read_mapping(mapping) if mapping else read_mapping_empty()
+    maps = read_mapping(mapping) if mapping else _empty_mapping()
     by_name = {Path(r['video']).name: r for r in maps.to_dict('records')}
     rows, used = [], set()
     for label, folder in zip(_labels(dirs), dirs):
@@ -168,10 +172,6 @@ def collect_videos(folders:list, # video folders (or generate run folders)
         if name not in used and not any(Path(x['path']).name == name for x in rows):
             raise ValueError(f"{r['where']}: video {r['video']!r} is in none of the folders {[str(d) for d in dirs]}")
     return pd.DataFrame(rows)
-
-def read_mapping_empty() -> pd.DataFrame:
-    "An empty mapping (no file given)."
-    return pd.DataFrame(columns=['video', 'prompt', 'seed', 'dynamic', 'where'])
 
 # %% ../nbs/13b_evaluate.ipynb #e0d3a63f
 def eval_plan(num_frames:int, H:int, W:int, # the video's size
