@@ -80,6 +80,8 @@ class RunConfig:
     transformer:str = ''             # model=mini: a transformer folder used in it (data/mini_wan_layout/transformer)
     judge_url:str = ''               # in-process S_meta: an OpenAI-compatible VLM endpoint ('' : S_meta cannot score)
     reward_form:str = 'worldlab'     # in-process 3D reward and R_gen: worldlab, or release (the released reward's math)
+    init_adapter:str = ''            # start the LoRA from this adapter (diffusers, PEFT, a checkpoint or run folder;
+                                     # NAME:latest); '' : from zero. A resumed run continues from its checkpoint
 
 # %% ../nbs/00a_config.ipynb #1d6716f0
 def _types(cls) -> dict[str, object]:

@@ -12,7 +12,7 @@ from pathlib import Path
 import pandas as pd
 import torch
 
-from .core import (parse_value, pick_device, project_root, save_json, save_figure, seed_everything, to_uint8,
+from .core import (parse_value, pick_device, project_root, run_ref, save_json, save_figure, seed_everything, to_uint8,
                            write_video)
 from .adapters import export_checkpoint, read_adapter
 from .config import RunConfig, TrainConfig, fields_help, resolve, split
@@ -117,6 +117,7 @@ def make_trainer(params:dict|tuple, # (TrainConfig, RunConfig), or a flat dict o
     if rc.dynamic_subset: dyn_p = dyn_p[:rc.dynamic_subset]
     trainer = Trainer(policy, tc, build_rewards(tc.reward_weights, rc, policy), main_p, dyn_p, run_dir=run_dir)
     trainer.run_config = rc
+    if rc.init_adapter: warm_start(trainer, run_ref(rc.init_adapter))   # a resume's checkpoint replaces it
     return trainer
 
 
