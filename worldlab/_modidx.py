@@ -312,6 +312,7 @@ d = { 'settings': {'branch': 'main', 'doc_baseurl': '/', 'doc_host': '', 'git_ur
                                    'worldlab.generate.parse_adapters': ('generate.html#parse_adapters', 'worldlab/generate.py'),
                                    'worldlab.generate.parse_seeds': ('generate.html#parse_seeds', 'worldlab/generate.py'),
                                    'worldlab.generate.process_rank': ('generate.html#process_rank', 'worldlab/generate.py'),
+                                   'worldlab.generate.prompt_dynamic': ('generate.html#prompt_dynamic', 'worldlab/generate.py'),
                                    'worldlab.generate.read_prompts': ('generate.html#read_prompts', 'worldlab/generate.py'),
                                    'worldlab.generate.read_sidecars': ('generate.html#read_sidecars', 'worldlab/generate.py'),
                                    'worldlab.generate.sample_videos': ('generate.html#sample_videos', 'worldlab/generate.py'),

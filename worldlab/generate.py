@@ -23,11 +23,11 @@ from .sampler import sample
 from .train import load_policy
 
 # %% auto #0
-__all__ = ['PROMPT_SETS', 'NOISE_NAMES', 'SAMPLERS', 'SIDECAR_FORMAT', 'read_prompts', 'parse_seeds', 'work_items', 'my_share',
-           'process_rank', 'check_noise', 'check_size', 'item_noise', 'batch_injector', 'sample_videos', 'files_hash',
-           'weights_hash', 'model_record', 'parse_adapters', 'attach_adapters', 'video_stem', 'sidecar',
-           'existing_video', 'write_item', 'read_sidecars', 'write_index', 'contact_sheet', 'GenerateConfig',
-           'Generated', 'generate', 'split_params', 'main']
+__all__ = ['PROMPT_SETS', 'DYNAMIC_SPLITS', 'NOISE_NAMES', 'SAMPLERS', 'SIDECAR_FORMAT', 'read_prompts', 'prompt_dynamic',
+           'parse_seeds', 'work_items', 'my_share', 'process_rank', 'check_noise', 'check_size', 'item_noise',
+           'batch_injector', 'sample_videos', 'files_hash', 'weights_hash', 'model_record', 'parse_adapters',
+           'attach_adapters', 'video_stem', 'sidecar', 'existing_video', 'write_item', 'read_sidecars', 'write_index',
+           'contact_sheet', 'GenerateConfig', 'Generated', 'generate', 'split_params', 'main']
 
 # %% ../nbs/13a_generate.ipynb #8e7adce1
 PROMPT_SETS = {'worldlab-v1': ('train', 'dynamic', 'test'), 'world-r1-final': ('train', 'dynamic', 'test'),
@@ -72,6 +72,15 @@ def read_prompts(spec:str, # 'SET:SPLIT' (a shipped set), 'SET' (its test split)
         texts = _set_prompts(name, split)
     if limit < 0: raise ValueError(f"limit = {limit}: use 0 (all prompts) or a positive number")
     return texts[:limit] if limit else texts
+
+# %% ../nbs/13a_generate.ipynb #51f12ebf
+DYNAMIC_SPLITS = ('dynamic', 'test_dynamic')   # splits of dynamic prompts (moving subjects): where dynamics counts
+
+def prompt_dynamic(spec:str) -> bool|None:
+    "Whether a `read_prompts` spec names dynamic prompts: True or False for a shipped set's split, None for a file."
+    p = Path(spec)
+    if p.suffix in ('.txt', '.jsonl') or p.is_file(): return None
+    return spec.partition(':')[2] in DYNAMIC_SPLITS
 
 # %% ../nbs/13a_generate.ipynb #5fd89786
 def parse_seeds(seeds:str|int) -> list[int]:
@@ -244,7 +253,7 @@ def video_stem(prompt_index:int, seed:int) -> str:
 
 # %% ../nbs/13a_generate.ipynb #8ce7118b
 def sidecar(prompt:str, prompt_index:int, seed:int, cfg:TrainConfig, sampler:str, negative_prompt:str, fps:int,
-            model:dict, adapters:list[dict]) -> dict:
+            model:dict, adapters:list[dict], dynamic:bool|None=None) -> dict: # dynamic: `prompt_dynamic`
     "Everything needed to remake one video and to evaluate it (the `worldlab.video/1` record)."
     traj = commanded_camera(cfg, prompt)
     commanded = traj.note != NO_CAMERA_PHRASE
@@ -252,7 +261,8 @@ def sidecar(prompt:str, prompt_index:int, seed:int, cfg:TrainConfig, sampler:str
     noise = {k: getattr(cfg, k) for k in ('warp_depth', 'warp_method', 'noise_degradation', 'wrap_strength',
                                           'delta_steps', 'delta_kernel', 'sde_noise')}
     return dict(format=SIDECAR_FORMAT, video=video_stem(prompt_index, seed) + '.mp4', prompt=prompt,
-                prompt_index=prompt_index, seed=seed, fps=fps, num_frames=cfg.num_frames, height=cfg.height,
+                prompt_index=prompt_index, seed=seed, dynamic=dynamic, fps=fps, num_frames=cfg.num_frames,
+                height=cfg.height,
                 width=cfg.width,
                 camera=dict(commanded=commanded, **trajectory_to_dict(traj), timing=cfg.chain_timing,
                             orbit=cfg.orbit_centre),
@@ -398,7 +408,8 @@ def generate(cfg:TrainConfig, rc:RunConfig, gc:GenerateConfig, run_dir:str|Path,
     # 3. this process's share, less what is there already
     rank, world = process_rank()
     videos = run_dir/'videos'; videos.mkdir(parents=True, exist_ok=True)
-    records = {it: sidecar(prompts[it[0]], *it, cfg, gc.sampler, gc.negative_prompt, gc.fps, model, adapters)
+    dyn = None if gc.prompt else prompt_dynamic(gc.prompts)
+    records = {it: sidecar(prompts[it[0]], *it, cfg, gc.sampler, gc.negative_prompt, gc.fps, model, adapters, dyn)
                for it in my_share(work_items(len(prompts), seeds), rank, world)}
     todo = [it for it, r in records.items() if not existing_video(videos, r)]
     kept = [records[it]['video'][:-4] for it in records if it not in todo]
