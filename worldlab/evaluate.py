@@ -16,34 +16,33 @@ import torch
 import torch.nn.functional as F
 
 from .camera import Trajectory, trajectory_from_dict, trajectory_from_prompt, trajectory_to_dict
-from .core import load_preset, read_video, save_json, to_float, write_video
+from .core import load_preset, read_video, to_float
+from .generate import SIDECAR_FORMAT, write_item
 from .metrics import MOTION_CLASS, camera_metrics, classify_camera, load_lpips, recon_metrics, trajectory_score
 from .miniwan import IMAGE_STATS, image_stats, video_grid
 from .rewards import ReconCache, consistency_rerender, dynamics_degree
 
 # %% auto #0
-__all__ = ['VIDEO_FORMAT', 'RGEN_SOURCES', 'METRICS', 'RECON_COLUMNS', 'PRIMITIVE_ACTIONS', 'CATCH', 'save_video', 'read_sidecar',
-           'read_mapping', 'collect_videos', 'eval_plan', 'prepare_video', 'commanded_camera', 'Backends',
-           'load_backends', 'commanded_class', 'score_video', 'read_results', 'evaluate_one', 'evaluate_items',
-           'mean_ci', 'summarise', 'paired_compare', 'metric_strip', 'write_report', 'judge_pairs', 'win_rate',
-           'judge_win_rate', 'held_out_clips', 'write_broken_copies', 'validation_table']
+__all__ = ['RGEN_SOURCES', 'METRICS', 'RECON_COLUMNS', 'PRIMITIVE_ACTIONS', 'CATCH', 'save_video', 'read_sidecar', 'read_mapping',
+           'collect_videos', 'eval_plan', 'prepare_video', 'plan_camera', 'Backends', 'load_backends',
+           'commanded_class', 'score_video', 'read_results', 'evaluate_one', 'evaluate_items', 'mean_ci', 'summarise',
+           'paired_compare', 'metric_strip', 'write_report', 'judge_pairs', 'win_rate', 'judge_win_rate',
+           'held_out_clips', 'write_broken_copies', 'validation_table']
 
 # %% ../nbs/13b_evaluate.ipynb #86de774b
-VIDEO_FORMAT = 'worldlab.video/1'
-
 def save_video(folder:str|Path, stem:str, # where: `<folder>/<stem>.mp4` and `<stem>.json`
                frames, prompt:str, seed:int=0, # uint8 [F,H,W,3]; the prompt and seed it was made from
                traj:Trajectory|None=None, # the commanded camera (None: the prompt's)
                fps:int=8, **fields) -> Path: # fields: more sidecar fields (e.g. dynamic=True, model={...})
-    "Write an mp4 and its `worldlab.video/1` sidecar."
+    "Write an mp4 and its `worldlab.video/1` sidecar, atomically (`generate.write_item`): any clip, not only generated."
     frames = np.asarray(frames)
     n, H, W = frames.shape[:3]
     traj = traj if traj is not None else trajectory_from_prompt(prompt, n, H, W)
     cam = trajectory_to_dict(traj) | dict(commanded=not traj.note)
-    path = write_video(Path(folder)/f'{stem}.mp4', frames, fps)
-    save_json(dict(format=VIDEO_FORMAT, video=path.name, prompt=prompt, seed=seed, fps=fps, num_frames=n, height=H,
-                   width=W, camera=cam) | fields, path.with_suffix('.json'))
-    return path
+    record = dict(format=SIDECAR_FORMAT, video=f'{stem}.mp4', prompt=prompt, seed=seed, fps=fps, num_frames=n,
+                  height=H, width=W, camera=cam) | fields
+    Path(folder).mkdir(parents=True, exist_ok=True)
+    return write_item(Path(folder), record, to_float(frames))
 
 # %% ../nbs/13b_evaluate.ipynb #9f59f21c
 def _field_error(where:str, key:str, want:str, got) -> ValueError:
@@ -70,8 +69,8 @@ def read_sidecar(path:str|Path) -> dict:
     except json.JSONDecodeError as e: raise ValueError(f"{path}: not valid JSON ({e.msg} at line {e.lineno})") from None
     except UnicodeDecodeError: raise ValueError(f"{path}: not a UTF-8 text file (a sidecar is JSON)") from None
     if not isinstance(d, dict): raise ValueError(f"{path}: a sidecar must be a JSON object")
-    if d.get('format') != VIDEO_FORMAT:
-        raise _field_error(path, 'format', repr(VIDEO_FORMAT) + ' (or give the video a row in a mapping file)',
+    if d.get('format') != SIDECAR_FORMAT:
+        raise _field_error(path, 'format', repr(SIDECAR_FORMAT) + ' (or give the video a row in a mapping file)',
                            d.get('format'))
     for key, typ in (('video', str), ('prompt', str), ('seed', int)):
         if not isinstance(d.get(key), typ) or isinstance(d.get(key), bool):
@@ -194,7 +193,7 @@ def prepare_video(frames, plan:dict) -> torch.Tensor: # uint8 [F,H,W,3]; from ev
         v = F.interpolate(v, size=(plan['H'], plan['W']), mode='area')   # pixel-area average: no aliasing
     return v.clamp(0, 1)
 
-def commanded_camera(prompt:str, camera:dict|None, plan:dict) -> Trajectory:
+def plan_camera(prompt:str, camera:dict|None, plan:dict) -> Trajectory:
     "The commanded camera at the evaluated frames and size: the sidecar's, else the prompt's."
     n, H, W = plan['source_frames'], plan['source_H'], plan['source_W']
     given = camera and camera.get('commanded', True)
@@ -296,7 +295,7 @@ def evaluate_one(item:dict, backends:Backends, max_frames:int=17, short_side:int
     if (why := _unreadable(item['path'])) is not None: return base | dict(status='failed', error=why)
     frames, fps = read_video(item['path'])
     plan = eval_plan(*frames.shape[:3], max_frames, short_side)
-    try: traj = commanded_camera(item['prompt'], item.get('camera'), plan)
+    try: traj = plan_camera(item['prompt'], item.get('camera'), plan)
     except ValueError as e: return base | dict(status='failed', error=f"{item['path']}: {e}")
     row = score_video(prepare_video(frames, plan), traj, backends, item['prompt'])
     return base | dict(status='ok', error='', fps=fps, eval_frames=len(plan['frames']), eval_stride=plan['stride'],
