@@ -300,6 +300,7 @@ d = { 'settings': {'branch': 'main', 'doc_baseurl': '/', 'doc_host': '', 'git_ur
                                    'worldlab.generate.attach_adapters': ('generate.html#attach_adapters', 'worldlab/generate.py'),
                                    'worldlab.generate.batch_injector': ('generate.html#batch_injector', 'worldlab/generate.py'),
                                    'worldlab.generate.check_noise': ('generate.html#check_noise', 'worldlab/generate.py'),
+                                   'worldlab.generate.check_request': ('generate.html#check_request', 'worldlab/generate.py'),
                                    'worldlab.generate.check_size': ('generate.html#check_size', 'worldlab/generate.py'),
                                    'worldlab.generate.contact_sheet': ('generate.html#contact_sheet', 'worldlab/generate.py'),
                                    'worldlab.generate.existing_video': ('generate.html#existing_video', 'worldlab/generate.py'),

@@ -27,7 +27,7 @@ __all__ = ['PROMPT_SETS', 'DYNAMIC_SPLITS', 'NOISE_NAMES', 'SAMPLERS', 'SIDECAR_
            'parse_seeds', 'work_items', 'my_share', 'process_rank', 'check_noise', 'check_size', 'item_noise',
            'batch_injector', 'sample_videos', 'files_hash', 'weights_hash', 'model_record', 'parse_adapters',
            'attach_adapters', 'video_stem', 'sidecar', 'existing_video', 'write_item', 'read_sidecars', 'write_index',
-           'contact_sheet', 'GenerateConfig', 'Generated', 'generate', 'split_params', 'main']
+           'contact_sheet', 'GenerateConfig', 'Generated', 'check_request', 'generate', 'split_params', 'main']
 
 # %% ../nbs/13a_generate.ipynb #8e7adce1
 PROMPT_SETS = {'worldlab-v1': ('train', 'dynamic', 'test'), 'world-r1-final': ('train', 'dynamic', 'test'),
@@ -385,20 +385,25 @@ def _barrier(world:int):
     dist.barrier()
     if mine: dist.destroy_process_group()
 
-# %% ../nbs/13a_generate.ipynb #2c8aa77a
-def generate(cfg:TrainConfig, rc:RunConfig, gc:GenerateConfig, run_dir:str|Path, progress:bool=True,
-             policy=None, # an already loaded policy for `rc.model` (default: `train.load_policy(rc)`)
-            ) -> Generated:
-    "Make every missing (prompt, seed) video of this process's share into `run_dir/videos`; the index at the end."
-    t0, run_dir = time.perf_counter(), Path(run_dir)
-    # 1. everything that can be checked without the model
+# %% ../nbs/13a_generate.ipynb #21a467f8
+def check_request(cfg:TrainConfig, gc:GenerateConfig) -> tuple[list[str], list[int]]:
+    "The prompts and seeds to make, after checking everything that needs no model (before any is loaded)."
     prompts = [gc.prompt] if gc.prompt else read_prompts(gc.prompts, gc.limit)
     if not prompts or not all(p.strip() for p in prompts):
         raise ValueError("no prompt to generate: pass prompts (a set or file) or prompt (one text)")
     seeds = parse_seeds(gc.seeds)
     check_noise(cfg, gc.sampler)
     if gc.batch < 1: raise ValueError(f"batch = {gc.batch}: use 1 or more")
-    [run_ref(p) for p, _ in parse_adapters(gc.adapters)]
+    for path, _ in parse_adapters(gc.adapters): run_ref(path)       # each adapter exists (its fit is checked later)
+    return prompts, seeds
+
+# %% ../nbs/13a_generate.ipynb #2c8aa77a
+def generate(cfg:TrainConfig, rc:RunConfig, gc:GenerateConfig, run_dir:str|Path, progress:bool=True,
+             policy=None, # an already loaded policy for `rc.model` (default: `train.load_policy(rc)`)
+            ) -> Generated:
+    "Make every missing (prompt, seed) video of this process's share into `run_dir/videos`; the index at the end."
+    t0, run_dir = time.perf_counter(), Path(run_dir)
+    prompts, seeds = check_request(cfg, gc)                         # 1. all that needs no model
     # 2. the model, its size limits, the adapters (each validated), the noise's depth
     policy = policy or load_policy(rc)
     check_size(policy, cfg.num_frames, cfg.height, cfg.width)
