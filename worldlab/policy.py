@@ -14,7 +14,7 @@ from fastcore.basics import patch
 from .core import pick_device, pick_dtype, wan_latent_shape
 
 # %% auto #0
-__all__ = ['TINY_WORDS', 'tiny_wan', 'WanPolicy']
+__all__ = ['TINY_WORDS', 'tiny_tokenizer', 'tiny_wan', 'cast_keeping_fp32', 'WanPolicy']
 
 # %% ../nbs/11_policy.ipynb #6558ab9c
 TINY_WORDS = ('camera push pull in out move left right orbit pan fixed then a an the of on at in with and under over '
@@ -22,16 +22,22 @@ TINY_WORDS = ('camera push pull in out move left right orbit pan fixed then a an
               'mountain mountains forest desert canyon sea beach room table cup vase book window tower bridge castle '
               'orb moon statue garden dawn dusk night sunset light snow rain fog').split()
 
+def tiny_tokenizer(max_length:int=512):
+    "A word-level tokenizer over `TINY_WORDS` (built offline; unknown words map to `<unk>`)."
+    from tokenizers import Tokenizer, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+    vocab = {t: i for i, t in enumerate(['<pad>', '</s>', '<unk>'] + list(dict.fromkeys(TINY_WORDS)))}
+    tk = Tokenizer(models.WordLevel(vocab, unk_token='<unk>')); tk.pre_tokenizer = pre_tokenizers.Whitespace()
+    return PreTrainedTokenizerFast(tokenizer_object=tk, pad_token='<pad>', eos_token='</s>', unk_token='<unk>',
+                                   model_max_length=max_length)
+
 def tiny_wan(folder:str|Path|None=None, # save the pipeline here (it then loads with from_pretrained)
              seed:int=0, layers:int=2, width:int=32, text_dim:int=32):
     "A tiny `WanPipeline` built offline from configs (random weights)."
-    from tokenizers import Tokenizer, models, pre_tokenizers
-    from transformers import PreTrainedTokenizerFast, UMT5Config, UMT5EncoderModel
+    from transformers import UMT5Config, UMT5EncoderModel
     from diffusers import AutoencoderKLWan, FlowMatchEulerDiscreteScheduler, WanPipeline, WanTransformer3DModel
     torch.manual_seed(seed)
-    vocab = {t: i for i, t in enumerate(['<pad>', '</s>', '<unk>'] + list(dict.fromkeys(TINY_WORDS)))}
-    tk = Tokenizer(models.WordLevel(vocab, unk_token='<unk>')); tk.pre_tokenizer = pre_tokenizers.Whitespace()
-    tok = PreTrainedTokenizerFast(tokenizer_object=tk, pad_token='<pad>', eos_token='</s>', unk_token='<unk>')
+    tok = tiny_tokenizer(); vocab = tok.get_vocab()
     te = UMT5EncoderModel(UMT5Config(vocab_size=len(vocab), d_model=text_dim, d_kv=8, d_ff=2*text_dim, num_layers=1,
                                      num_heads=text_dim//8, relative_attention_num_buckets=8)).eval()
     vae = AutoencoderKLWan(base_dim=8, z_dim=16, dim_mult=[1, 2, 2, 2], num_res_blocks=1,
@@ -46,13 +52,33 @@ def tiny_wan(folder:str|Path|None=None, # save the pipeline here (it then loads 
     if folder is not None: pipe.save_pretrained(folder)
     return pipe
 
+# %% ../nbs/11_policy.ipynb #c7a1f0e2
+def cast_keeping_fp32(module:torch.nn.Module, dtype:torch.dtype, device=None) -> torch.nn.Module:
+    ("Move `module` to `device` and cast its floating parameters and buffers to `dtype`, except those of the modules in "
+     "its `_keep_in_fp32_modules`, which become float32 (diffusers' loader rule: a listed name is one of the dotted "
+     "parts of the tensor's name).")
+    if device is not None: module.to(device)
+    keep = set(getattr(module, '_keep_in_fp32_modules', None) or ())
+    for mname, m in module.named_modules():
+        parts = set(mname.split('.')) if mname else set()
+        for store in (m._parameters, m._buffers):
+            for k, t in store.items():
+                if t is None or not t.is_floating_point(): continue
+                want = torch.float32 if keep & (parts | {k}) else dtype
+                if t.dtype == want: continue
+                if isinstance(t, torch.nn.Parameter): t.data = t.data.to(want)
+                else: store[k] = t.to(want)
+    return module
+
 # %% ../nbs/11_policy.ipynb #16914d14
 class WanPolicy:
     "Wan2.1 text-to-video as a policy: encode, latent shape, velocity, decode."
     def __init__(self, pipe, device='cpu', dtype=torch.float32, max_sequence_length:int=512):
         self.pipe, self.device, self.dtype, self.max_len = pipe, torch.device(device), dtype, max_sequence_length
         pipe.text_encoder.requires_grad_(False); pipe.vae.requires_grad_(False)
-        pipe.transformer.to(self.device, dtype); pipe.text_encoder.to(self.device, dtype)
+        # diffusers' and transformers' loaders keep some modules in float32 (Wan: rope, time embedder, scale-shift
+        # tables, norm1-3; UMT5: wo): a plain .to(dtype) would cast them too
+        cast_keeping_fp32(pipe.transformer, dtype, self.device); cast_keeping_fp32(pipe.text_encoder, dtype, self.device)
         pipe.vae.to(self.device, torch.float32)
         self._cache = {}
 
@@ -112,7 +138,9 @@ def velocity(self:WanPolicy, latents:torch.Tensor, # [B,C,T,h,w]
              guidance:float=1.0) -> torch.Tensor:
     "Flow-matching velocity `[B,C,T,h,w]` (with classifier-free guidance when `neg` is given and guidance != 1)."
     B = latents.shape[0]
-    t = torch.as_tensor(t, device=self.device, dtype=self.dtype).expand(B) if torch.as_tensor(t).ndim == 0 else t
+    # the timestep stays float32, as diffusers' pipeline passes it (bf16 rounds 999 to 1000)
+    t = torch.as_tensor(t, device=self.device, dtype=torch.float32)
+    t = t.expand(B) if t.ndim == 0 else t
     x = latents.to(self.dtype)
     if neg is None or guidance == 1.0:
         return self.transformer(hidden_states=x, timestep=t, encoder_hidden_states=emb, return_dict=False)[0].float()
@@ -143,13 +171,21 @@ def schedule(self:WanPolicy, num_steps:int) -> tuple[torch.Tensor, torch.Tensor]
 @patch
 def add_lora(self:WanPolicy, rank:int=32, alpha:int=64, targets=('to_q', 'to_k', 'to_v', 'to_out.0'),
              name:str='default'):
-    "Attach a LoRA adapter (peft) to the transformer's attention projections; only it will train."
+    ("Attach a LoRA adapter (peft) to the transformer's attention projections, in float32 whatever the base's dtype; "
+     "only it will train.")
     from peft import LoraConfig
+    names = [n for n, m in self.transformer.named_modules() if isinstance(m, torch.nn.Linear)]
+    missing = [t for t in targets if not any(n == t or n.endswith('.' + t) for n in names)]
+    if missing:
+        raise ValueError(f"LoRA targets {missing} name no linear layer of this transformer (its blocks have "
+                         f"{sorted({n.split('.', 2)[-1] for n in names if n.startswith('blocks.0.')})})")
     self.transformer.requires_grad_(False)
     self.transformer.add_adapter(LoraConfig(r=rank, lora_alpha=alpha, target_modules=list(targets),
                                             init_lora_weights=True),
                                  adapter_name=name)
-    return [p for p in self.transformer.parameters() if p.requires_grad]
+    params = [p for p in self.transformer.parameters() if p.requires_grad]
+    for p in params: p.data = p.data.float()   # trained in float32 under a bf16 base (diffusers' cast_training_params)
+    return params
 
 @patch
 @contextlib.contextmanager

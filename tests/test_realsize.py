@@ -1,0 +1,64 @@
+"""Real-size Wan2.1: the bf16 path keeps diffusers' float32 modules, the configurations build the published sizes,
+LoRA targets are checked against the real blocks, and the memory plan's parts follow from independent counts."""
+import math
+from pathlib import Path
+
+import pytest
+import torch
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def dtypes(module):
+    return {n: t.dtype for n, t in [*module.named_parameters(), *module.named_buffers()] if t.is_floating_point()}
+
+
+def test_bf16_policy_keeps_the_modules_diffusers_keeps_in_float32():
+    "A bf16 policy holds the dtypes diffusers' own loader gives (before the fix, the time embedder became bf16)."
+    from diffusers import WanPipeline
+    from worldlab.policy import WanPolicy
+    ref = dtypes(WanPipeline.from_pretrained(ROOT/'data/mini_wan', torch_dtype=torch.bfloat16).transformer)
+    assert ref['condition_embedder.time_embedder.linear_1.weight'] == torch.float32   # the reference keeps it
+    loaded = dtypes(WanPolicy.from_pretrained(ROOT/'data/mini_wan', device='cpu', dtype='bf16').transformer)
+    built = dtypes(WanPolicy(WanPipeline.from_pretrained(ROOT/'data/mini_wan'), 'cpu', torch.bfloat16).transformer)
+    for name, got in (('from_pretrained', loaded), ('cast from fp32', built)):
+        diff = {k: (ref[k], got.get(k)) for k in ref if got.get(k) != ref[k]}
+        assert not diff, f"{name}: {len(diff)} tensors differ from diffusers' loader (loader, policy): {list(diff.items())[:5]}"
+
+
+def test_velocity_passes_a_float32_timestep_and_lora_trains_in_float32():
+    "bf16 holds 999 as 1000: the timestep reaches the transformer as float32, and the adapter's weights are float32."
+    from worldlab.policy import WanPolicy, tiny_wan
+    pol = WanPolicy(tiny_wan(), 'cpu', torch.bfloat16, max_sequence_length=32)
+    seen = []
+    pol.transformer.register_forward_pre_hook(lambda m, a, kw: seen.append(kw['timestep']), with_kwargs=True)
+    pol.velocity(torch.randn(1, 16, 2, 4, 4), 999.0, pol.encode(['a red house']))
+    assert seen[0].dtype == torch.float32 and float(seen[0][0]) == 999.0, seen
+    params = pol.add_lora(4, 8)
+    assert {p.dtype for p in params} == {torch.float32}, {p.dtype for p in params}
+
+
+def test_lora_targets_the_real_blocks_lack_are_an_error():
+    from worldlab.policy import WanPolicy
+    from worldlab.realsize import build_transformer
+    pol = WanPolicy.__new__(WanPolicy); pol.pipe = type('P', (), {'transformer': build_transformer('1.3b', 'meta')})()
+    with pytest.raises(ValueError, match=r"\['to_x'\] name no linear layer"):
+        pol.add_lora(8, 16, ('to_q', 'to_x'))
+
+
+def independent_count(d, f, layers, text_dim=4096, freq=256, cin=16, cout=16, patch=4):
+    "Wan2.1's transformer by hand, written out term by term (not realsize's formula)."
+    block = (d*d + d)*8 + 2*d*2 + 2*d + (d*f + f) + (f*d + d) + 6*d
+    return (cin*patch*d + d) + (freq*d + d) + (d*d + d) + (d*6*d + 6*d) + (text_dim*d + d) + (d*d + d) \
+        + layers*block + (d*cout*patch + cout*patch) + 2*d
+
+
+@pytest.mark.parametrize('size,d,f,layers,published', [('wan2.1-1.3b', 1536, 8960, 30, 1.42e9),
+                                                        ('wan2.1-14b', 5120, 13824, 40, 14.29e9)])
+def test_the_configurations_build_the_published_sizes(size, d, f, layers, published):
+    from worldlab.realsize import build_transformer, lora_param_count, transformer_param_count, wan_config
+    tr = build_transformer(size, 'meta')
+    n = sum(p.numel() for p in tr.parameters())
+    assert n == independent_count(d, f, layers) == sum(transformer_param_count(wan_config(size)).values()), n
+    assert round(n/1e7)*1e7 == published, (n, published)        # the model pages' sizes, to their two decimals
+    assert lora_param_count(wan_config(size), 32) == layers*8*32*2*d
