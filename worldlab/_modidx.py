@@ -353,6 +353,7 @@ d = { 'settings': {'branch': 'main', 'doc_baseurl': '/', 'doc_host': '', 'git_ur
                                'worldlab.grpo._full': ('grpo.html#_full', 'worldlab/grpo.py'),
                                'worldlab.grpo._like': ('grpo.html#_like', 'worldlab/grpo.py'),
                                'worldlab.grpo._numeric': ('grpo.html#_numeric', 'worldlab/grpo.py'),
+                               'worldlab.grpo._rows': ('grpo.html#_rows', 'worldlab/grpo.py'),
                                'worldlab.grpo._seed': ('grpo.html#_seed', 'worldlab/grpo.py'),
                                'worldlab.grpo.camera_noise_draws': ('grpo.html#camera_noise_draws', 'worldlab/grpo.py'),
                                'worldlab.grpo.commanded_camera': ('grpo.html#commanded_camera', 'worldlab/grpo.py'),

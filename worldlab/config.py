@@ -57,6 +57,8 @@ class TrainConfig:
     reward_weights:dict = field(default_factory=lambda: {'reward_3d': 1.0, 'reward_general': 1.0})
     dynamic_reward_weights:dict|None = None      # default: main weights with reward_3d set to 0
     fsdp:bool = False                            # shard the transformer (FSDP2) over the processes (14B)
+    gradient_checkpointing:bool = False          # recompute each block's activations in the backward pass
+    micro_batch:int = 0                          # videos per forward/backward in the update (0: the whole group)
     seed:int = 42
 
 # %% ../nbs/00a_config.ipynb #b3198959
@@ -64,6 +66,7 @@ class TrainConfig:
 class RunConfig:
     "What a training run uses, beside the algorithm's `TrainConfig`: the model, prompts, rewards, length and saving."
     model:str = 'tiny'               # tiny (built offline), mini (shipped mini-Wan), Diffusers Wan2.1 T2V folder/hub id
+                                     # or random:wan2.1-1.3b / -14b (real architecture, random weights)
     device:str = 'cpu'
     dtype:str = 'fp32'
     prompts:str = 'final'            # World-R1 prompt set (final, enhanced), mini (corpus captions), or a .txt file

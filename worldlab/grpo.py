@@ -132,6 +132,8 @@ class Trainer:
         from accelerate import Accelerator
         self.acc = accelerator or Accelerator(cpu=policy.device.type == 'cpu')
         policy.add_lora(cfg.lora_rank, cfg.lora_alpha, tuple(cfg.lora_targets))
+        if cfg.gradient_checkpointing: policy.transformer.enable_gradient_checkpointing()
+        if cfg.micro_batch < 0: raise ValueError(f"micro_batch must be 0 (the whole group) or more, got {cfg.micro_batch}")
         from accelerate.utils import DistributedType
         self.sharded = self.acc.num_processes > 1 and (cfg.fsdp or self.acc.distributed_type == DistributedType.FSDP)
         if cfg.prompts_per_batch < self.acc.num_processes:
@@ -348,6 +350,13 @@ def trained_timesteps(self:Trainer, win:tuple[int, int]) -> list[int]:
     k = {'round': round, 'floor': math.floor}[self.cfg.timestep_rounding](self.cfg.timestep_fraction*S)
     return list(range(S))[:max(1, k)]
 
+# %% ../nbs/12_grpo.ipynb #e1f2a3b4
+def _rows(roll, s:slice):
+    "The rollout's videos `s` (for a micro-batch of the update)."
+    import dataclasses
+    return dataclasses.replace(roll, latents=roll.latents[s], samples=roll.samples[s], logps=roll.logps[s],
+                               final=roll.final[s], video=None)
+
 # %% ../nbs/12_grpo.ipynb #52dc48ce
 @patch
 def update(self:Trainer, rolls:list, embs:list, A:dict, win:tuple[int, int]) -> tuple[list[dict], float]:
@@ -358,19 +367,26 @@ def update(self:Trainer, rolls:list, embs:list, A:dict, win:tuple[int, int]) -> 
     self.opt.zero_grad(set_to_none=True)
     stats, n_back = [], len(train_js)*len(rolls)
     neg = self.neg.expand(c.group_size, -1, -1) if self.neg is not None else None
+    G = c.group_size; mb = c.micro_batch or G
     for ri, (r, emb) in enumerate(zip(rolls, embs)):
-        sl = slice(ri*c.group_size, (ri + 1)*c.group_size)
-        for j in train_js:                                                 # one backward per timestep: bounded memory
-            lp, mean, std = logprob(self.policy, r, j, emb, c.num_steps, c.guidance_scale, neg, c.noise_level)
-            kl = None
-            if c.beta > 0:
-                with torch.no_grad():
-                    _, mref, _ = logprob(self.policy, r, j, emb, c.num_steps, c.guidance_scale, neg, c.noise_level,
-                                         reference=True)
-                kl = kl_to_reference(mean, mref, std)
-            loss, st = grpo_loss(lp, r.logps[:, j], A['advantages'][sl], A['mask'][sl], c.clip_range, kl, c.beta)
-            (loss/n_back).backward()
-            stats.append(st)
+        adv, mask = A['advantages'][ri*G:(ri + 1)*G], A['mask'][ri*G:(ri + 1)*G]
+        n = int(mask.sum())
+        for j in train_js:                              # one backward per timestep and micro-batch: bounded memory
+            parts = []
+            for s in (slice(lo, lo + mb) for lo in range(0, G, mb)):
+                part, e, ng = _rows(r, s), emb[s], (neg[s] if neg is not None else None)
+                lp, mean, std = logprob(self.policy, part, j, e, c.num_steps, c.guidance_scale, ng, c.noise_level)
+                kl = None
+                if c.beta > 0:
+                    with torch.no_grad():
+                        _, mref, _ = logprob(self.policy, part, j, e, c.num_steps, c.guidance_scale, ng, c.noise_level,
+                                             reference=True)
+                    kl = kl_to_reference(mean, mref, std)
+                loss, st = grpo_loss(lp, part.logps[:, j], adv[s], mask[s], c.clip_range, kl, c.beta)
+                w = int(mask[s].sum())/n if n else 1.0       # the chunk's mean, weighted back to the group's mean
+                (loss*w/n_back).backward()
+                parts.append((st, w if n else 1/len(range(0, G, mb))))
+            stats.append({k: sum(st[k]*w for st, w in parts) for k in parts[0][0]})
     # average gradients over processes (DDP's rule; FSDP does its own)
     if self.acc.num_processes > 1 and not self.sharded:
         for p in self.params:

@@ -79,7 +79,7 @@ class WanPolicy:
         # diffusers' and transformers' loaders keep some modules in float32 (Wan: rope, time embedder, scale-shift
         # tables, norm1-3; UMT5: wo): a plain .to(dtype) would cast them too
         cast_keeping_fp32(pipe.transformer, dtype, self.device); cast_keeping_fp32(pipe.text_encoder, dtype, self.device)
-        pipe.vae.to(self.device, torch.float32)
+        cast_keeping_fp32(pipe.vae, torch.float32, self.device)   # the VAE decodes in float32, as diffusers advises
         self._cache = {}
 
     @classmethod

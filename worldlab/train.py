@@ -12,13 +12,14 @@ from pathlib import Path
 import pandas as pd
 import torch
 
-from .core import (parse_value, pick_device, project_root, run_ref, save_json, save_figure, seed_everything, to_uint8,
-                           write_video)
+from .core import (parse_value, pick_device, pick_dtype, project_root, run_ref, save_json, save_figure, seed_everything,
+                           to_uint8, write_video)
 from .adapters import export_checkpoint, read_adapter
 from .config import RunConfig, TrainConfig, fields_help, resolve, split
 from .grpo import Trainer
 from .policy import WanPolicy
 from .prompts import load_world_r1, read_prompt_file
+from .realsize import random_wan
 from .reward_contract import channel_mean_reward
 
 # %% auto #0
@@ -91,12 +92,16 @@ def build_rewards(weights:dict, rc:RunConfig, policy=None) -> dict: # policy: fo
 
 # %% ../nbs/13_train.ipynb #a52a6970
 def load_policy(rc:RunConfig):
-    "The run's policy: the tiny twin, the shipped mini-Wan, or a Wan2.1 checkpoint."
+    ("The run's policy: the tiny twin, the shipped mini-Wan, a Wan2.1 checkpoint, or `random:wan2.1-1.3b` (-14b): the "
+     "real architecture with random weights and a stand-in text encoder.")
     if rc.transformer and rc.model != 'mini':
         raise ValueError(f"transformer={rc.transformer!r} replaces mini-Wan's transformer: it needs model='mini', "
                          f"got {rc.model!r}")
     dev = pick_device(rc.device)                     # under accelerate or torchrun: this process's GPU
     if rc.model == 'tiny': return WanPolicy.tiny(seed=0, device=dev)
+    if rc.model.startswith('random:'):               # asked for by name: the real architecture, random weights
+        pol = random_wan(rc.model, dev, pick_dtype(rc.dtype, dev))
+        print(pol.label); return pol
     if rc.model == 'mini':
         from worldlab.miniwan import load_mini_wan   # lazy: miniwan, only for model='mini'
         return load_mini_wan(device=dev, transformer=rc.transformer or None)
