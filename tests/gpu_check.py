@@ -1,9 +1,10 @@
 """The GPU checks for a lent CUDA machine, without nbdev or a model hub there (`bash tests/gpu_check.sh` runs this):
 the `mini` preset trains on CUDA with i.i.d. and camera SDE draws, a CUDA rollout matches the CPU's from the same
 draws, `worldlab run generate`'s code makes the same mini-Wan videos (shipped adapter on) on CUDA as on the CPU,
-and the camera noise at Wan2.1's full latent size is timed on both devices.
+the camera noise at Wan2.1's full latent size is timed on both devices, and the `wan2.1-1.3b` preset's GRPO step runs
+on the real-size 1.3B (random weights) at two sizes, its peak memory compared with `worldlab.memory`'s plan.
 `python tests/gpu_check.py --device cpu --preset mini-smoke` runs the same code on a CPU in about a minute."""
-import argparse, json, os, sys, tempfile, time
+import argparse, json, math, os, sys, tempfile, time
 from pathlib import Path
 
 import torch
@@ -64,6 +65,37 @@ def generate_videos(preset:str, device:str, out:str) -> dict:
     return dict(seconds=round(time.time() - t0, 1), videos=len(frames), frames=frames)
 
 
+def realsize_memory(device:str, sizes=('17x240x416', '33x240x416'), layers:int=0) -> dict:
+    ("The `wan2.1-1.3b` preset's GRPO step on the real-size random-weight 1.3B in bf16 (gradient checkpointing, "
+     "micro-batches of one) at two video sizes: the memory plan against `torch.cuda.max_memory_allocated`.")
+    import dataclasses
+    from worldlab.config import resolve
+    from worldlab.memory import memory_plan
+    from worldlab.train import make_trainer
+    rows = []
+    for v in sizes:
+        F, H, W = map(int, v.split('x'))
+        tc, rc = resolve('wan2.1-1.3b', dict(model=f"random:wan2.1-1.3b{f':{layers}' if layers else ''}", device=device,
+                                             num_frames=F, height=H, width=W, num_steps=4, group_size=2,
+                                             prompts_per_batch=1, steps=1, reward_weights={'red': 1.0},
+                                             gradient_checkpointing=True, micro_batch=1))
+        if device == 'cuda': torch.cuda.empty_cache(); torch.cuda.reset_peak_memory_stats()
+        t0 = time.time()
+        with tempfile.TemporaryDirectory() as d:
+            tr = make_trainer((tc, rc), d)
+            m = tr.train_step()
+        peak = torch.cuda.max_memory_allocated()/2**30 if device == 'cuda' else float('nan')
+        plan = memory_plan(tc, rc, 1, 80) if not layers else None
+        # the plan without its assumed overhead and UMT5-XXL's weights (the random model's text encoder is a stand-in)
+        left_out = plan.gib[plan.part.str.contains('overhead|text encoder')].sum() if plan is not None else 0.0
+        need = plan.attrs['need_gib'] - left_out if plan is not None else float('nan')
+        rows.append(dict(video=v, seconds=round(time.time() - t0, 1), peak_gib=round(peak, 2), plan_gib=round(need, 2),
+                         error=round((need - peak)/peak, 3) if peak == peak and need == need else None,
+                         reward=m['reward_mean'], finite=all(map(math.isfinite, (m['policy_loss'], m['grad_norm'])))))
+        del tr
+    return dict(ok=all(r['finite'] for r in rows), rows=rows)
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument('--device', default='cuda')
@@ -100,6 +132,9 @@ def main(argv=None):
     check('generate_parity', generate_parity)
     check('warp_timing', lambda: warp_timing(a.device) | dict(ok=True))
     if a.device == 'cuda': check('warp_timing_cpu', lambda: warp_timing('cpu', 1) | dict(ok=True))
+    # the real-size step and the memory plan's error (on a CPU, one real-width block at a small size: the code path)
+    check('realsize_memory', lambda: realsize_memory(a.device) if a.device == 'cuda' else
+          realsize_memory(a.device, ('5x64x64',), layers=1))
     Path(a.out).mkdir(parents=True, exist_ok=True)
     (Path(a.out)/'gpu_check.json').write_text(json.dumps(res, indent=1))
     print('FAILED: ' + ', '.join(failed) if failed else 'all GPU checks passed')

@@ -87,3 +87,56 @@ def test_micro_batches_and_checkpointing_give_the_whole_groups_gradient(kw):
     err = float((got - ref).abs().max()/ref.abs().max())
     assert err < 1e-4, f"{kw}: max relative difference {err:.2e} (float32 sums in another order: about 1e-6)"
     assert abs(st[0]['policy_loss'] - st_ref[0]['policy_loss']) < 1e-6, (st, st_ref)
+
+
+def test_saved_bytes_counts_what_autograd_keeps():
+    "Known cases: a linear layer with a frozen weight keeps its input; a product keeps both factors; exp its result."
+    from worldlab.memory import saved_bytes
+    lin = torch.nn.Linear(64, 32).requires_grad_(False); lin.weight.requires_grad_(True)
+    assert saved_bytes(lambda: lin(torch.randn(10, 64)), lin)[0] == 10*64*4
+    a, b = torch.randn(100, requires_grad=True), torch.randn(100, requires_grad=True)
+    assert saved_bytes(lambda: a*b)[0] == 2*100*4
+    assert saved_bytes(lambda: torch.exp(a*2))[0] == 100*4
+
+
+@pytest.mark.parametrize('size,d,layers', [('wan2.1-1.3b', 1536, 30), ('wan2.1-14b', 5120, 40)])
+def test_the_shipped_activation_fit_keeps_block_inputs_under_checkpointing(size, d, layers):
+    "With checkpointing a block keeps only its input, N x d values in bf16: the shipped fit's slope is 2d bytes."
+    from worldlab.memory import activation_bytes, load_activation_fit
+    fit = load_activation_fit()
+    sel = fit[(fit['size'] == size) & (fit.kernel == 'flash') & fit.checkpointing & (fit.part == 'block')]
+    assert len(sel) == 1 and abs(sel.b.iloc[0] - 2*d) < 1e-6 and abs(sel.c.iloc[0]) < 1e-9, sel
+    assert (fit.residual < 1).all(), fit[fit.residual >= 1]
+    n = 32760
+    full, ck = activation_bytes(fit, size, n), activation_bytes(fit, size, n, checkpointing=True)
+    assert ck < full/10, (ck, full)
+    assert ck > layers*n*2*d, (ck, layers*n*2*d)          # at least every block's input
+
+
+def test_memory_plan_parts_follow_from_counts():
+    "LoRA state: 5 fp32 copies of the formula's count; rollouts: 2S+1 latents and the video per sample, float32."
+    from worldlab.config import resolve
+    from worldlab.core import wan_latent_shape
+    from worldlab.memory import memory_plan
+    from worldlab.realsize import lora_param_count, wan_config
+    tc, rc = resolve('wan2.1-1.3b')
+    p = memory_plan(tc, rc, gpus=8, card_gib=80).set_index('part').bytes
+    assert p.filter(like='LoRA').iloc[0] == 5*4*lora_param_count(wan_config('wan2.1-1.3b'), 32)
+    C, T, h, w = wan_latent_shape(81, 480, 832)
+    assert p.filter(like='rollouts').iloc[0] == 8*4*(C*T*h*w*(2*50 + 1) + 81*3*480*832)
+    tc14, rc14 = resolve('wan2.1-14b')
+    p14 = memory_plan(tc14, rc14, gpus=8, card_gib=80).set_index('part').bytes
+    one_gpu = memory_plan(tc14, rc14, gpus=1, card_gib=80).set_index('part').bytes
+    assert p14.filter(like='LoRA').iloc[0] == one_gpu.filter(like='LoRA').iloc[0]/8     # FSDP splits the state
+
+
+def test_train_refuses_a_run_that_will_not_fit_before_loading_anything(tmp_path):
+    "The preset as is needs far more than 40 GiB; the error names the settings; a fitting run goes on to load."
+    from worldlab.config import resolve
+    from worldlab.train import make_trainer
+    with pytest.raises(ValueError, match=r'it fits with -p gradient_checkpointing true') as e:
+        make_trainer(resolve('wan2.1-1.3b', dict(device='cpu', gpu_gib=40.0)), tmp_path)
+    assert 'GiB per GPU' in str(e.value) and 'activations' in str(e.value), str(e.value)
+    ok = dict(device='cpu', gpu_gib=80.0, gradient_checkpointing=True, micro_batch=1, prompts_per_batch=1)
+    with pytest.raises(OSError, match='cannot load a Wan pipeline'):   # past the check: no hub here
+        make_trainer(resolve('wan2.1-1.3b', ok), tmp_path)

@@ -83,6 +83,8 @@ class RunConfig:
     transformer:str = ''             # model=mini: a transformer folder used in it (data/mini_wan_layout/transformer)
     judge_url:str = ''               # in-process S_meta: an OpenAI-compatible VLM endpoint ('' : S_meta cannot score)
     reward_form:str = 'worldlab'     # in-process 3D reward and R_gen: worldlab, or release (the released reward's math)
+    gpu_gib:float = 0.0              # one GPU's memory for the memory plan (0: the card's own on CUDA; no check on CPU)
+    reward_gib:float = 0.0           # GPU memory of reward models sharing each training GPU (memory plan)
     init_adapter:str = ''            # start the LoRA from this adapter (diffusers, PEFT, a checkpoint or run folder;
                                      # NAME:latest); '' : from zero. A resumed run continues from its checkpoint
 

@@ -57,7 +57,7 @@ def parse_value(text:str): # a raw INI value
     for cast in (int, float):
         try: return cast(t)
         except ValueError: pass
-    if t[:1] in '[{': return json.loads(t)
+    if t[:1] and t[:1] in '[{': return json.loads(t)      # ('' is in every string: an empty value stays '')
     return t
 
 # %% ../nbs/00_core.ipynb #6ebde09c

@@ -26,8 +26,9 @@ WAN_PARTS = {'transformer': 'config.json', 'vae': 'config.json', 'scheduler': 's
              'text_encoder': 'config.json'}
 
 def wan_size(size:str) -> str:
-    "The key of a Wan2.1 size: 'wan2.1-1.3b' or 'wan2.1-14b' (also '1.3b', '14b', the model names, 'random:...')."
-    s = size.lower().removeprefix('random:').replace('-t2v', '').replace('-diffusers', '').split('/')[-1]
+    ("The key of a Wan2.1 size: 'wan2.1-1.3b' or 'wan2.1-14b' (also '1.3b', '14b', the model names, "
+     "'random:SIZE[:BLOCKS]').")
+    s = size.lower().removeprefix('random:').split(':')[0].replace('-t2v', '').replace('-diffusers', '').split('/')[-1]
     s = s if s.startswith('wan2.1-') else f'wan2.1-{s}'
     if s not in WAN_SIZES: raise ValueError(f"unknown Wan2.1 size {size!r}: use one of {', '.join(WAN_SIZES)}")
     return s
@@ -103,7 +104,8 @@ def random_wan(size:str, device='cpu', dtype:torch.dtype=torch.float32, seed:int
               ) -> WanPolicy:
     "Wan2.1-T2V at its real size with random weights and the stand-in text encoder, as a `WanPolicy` (labelled)."
     from diffusers import WanPipeline
-    key = wan_size(size)
+    key, _, blocks = size.lower().removeprefix('random:').partition(':')       # random:wan2.1-1.3b:2 -> 2 blocks
+    key, layers = wan_size(key), layers or (int(blocks) if blocks else None)
     if key == 'wan2.1-14b' and not layers and torch.device(device).type == 'cpu':
         raise ValueError("random:wan2.1-14b needs 57 GB in float32 (29 GB in bf16) for the transformer alone: build it "
                          "on a GPU node, on the 'meta' device (build_transformer), or pass layers=N for a slice")

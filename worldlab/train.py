@@ -6,7 +6,7 @@ trainer, its log and curves. The `train` run notebook calls it in one process; `
 
 # %% ../nbs/13_train.ipynb #57bf688c
 from __future__ import annotations
-import argparse, dataclasses, json, random, re, sys, time
+import argparse, dataclasses, json, os, random, re, sys, time
 from pathlib import Path
 
 import pandas as pd
@@ -17,14 +17,15 @@ from .core import (parse_value, pick_device, pick_dtype, project_root, run_ref, 
 from .adapters import export_checkpoint, read_adapter
 from .config import RunConfig, TrainConfig, fields_help, resolve, split
 from .grpo import Trainer
+from .memory import check_memory, format_plan, load_activation_fit, memory_plan, plan_size
 from .policy import WanPolicy
 from .prompts import load_world_r1, read_prompt_file
 from .realsize import random_wan
 from .reward_contract import channel_mean_reward
 
 # %% auto #0
-__all__ = ['load_prompt_sets', 'simple_rewards', 'build_rewards', 'load_policy', 'make_trainer', 'train', 'write_sample',
-           'warm_start', 'plot_training', 'main']
+__all__ = ['load_prompt_sets', 'simple_rewards', 'build_rewards', 'load_policy', 'make_trainer', 'memory_check', 'train',
+           'write_sample', 'warm_start', 'plot_training', 'main']
 
 # %% ../nbs/13_train.ipynb #b095a7af
 def load_prompt_sets(spec:str, seed:int=0) -> tuple[list[str], list[str]]:
@@ -117,6 +118,7 @@ def make_trainer(params:dict|tuple, # (TrainConfig, RunConfig), or a flat dict o
     tc, rc = _configs(params)
     run_dir = Path(run_dir); run_dir.mkdir(parents=True, exist_ok=True)
     seed_everything(tc.seed)
+    memory_check(tc, rc)                             # before any weight is loaded
     policy = load_policy(rc)
     main_p, dyn_p = load_prompt_sets(rc.prompts, tc.seed)
     if rc.dynamic_subset: dyn_p = dyn_p[:rc.dynamic_subset]
@@ -125,6 +127,19 @@ def make_trainer(params:dict|tuple, # (TrainConfig, RunConfig), or a flat dict o
     if rc.init_adapter: warm_start(trainer, run_ref(rc.init_adapter))   # a resume's checkpoint replaces it
     return trainer
 
+
+# %% ../nbs/13_train.ipynb #b8d7c6e5
+def memory_check(tc:TrainConfig, rc:RunConfig, gpus:int|None=None, # processes (default: $WORLD_SIZE, else 1)
+                ) -> pd.DataFrame|None:
+    ("Print a Wan2.1-size run's memory plan and refuse one that will not fit its GPUs (the card's memory on CUDA, "
+     "else `gpu_gib` when set: a GPU node's plan made anywhere); None for other models or a CPU run without gpu_gib.")
+    dev = pick_device(rc.device)
+    card = rc.gpu_gib or (torch.cuda.get_device_properties(dev).total_memory/2**30 if dev.type == 'cuda' else 0.0)
+    if not card or plan_size(rc.model) is None: return None
+    gpus = gpus or int(os.environ.get('WORLD_SIZE', '1'))
+    p = check_memory(tc, rc, gpus, card, reward_gib=rc.reward_gib)          # raises, naming what would fit
+    if int(os.environ.get('RANK', '0')) == 0: print(f"memory plan, {gpus} x {card:.0f} GiB:\n{format_plan(p)}")
+    return p
 
 # %% ../nbs/13_train.ipynb #1b3bb63e
 def train(params:dict|tuple, # (TrainConfig, RunConfig), e.g. resolve('tiny', overrides), or a flat dict of their fields
