@@ -5,7 +5,9 @@
 #      (Python 3.12 wheels of what that image lacks, at the versions the CPU tests use, into .whl/, which git ignores)
 #   2. there, through the device tool: run(command="bash tests/gpu_check.sh", carry=[".whl"], timeout_s=540)
 # It prints one line per check and writes $OUT/gpu_check.json: the `mini` preset's GRPO steps on CUDA (i.i.d. and
-# camera SDE draws), a CUDA rollout against the CPU's from the same draws, and the camera noise at Wan2.1's size.
+# camera SDE draws), a CUDA rollout against the CPU's from the same draws, the camera noise at Wan2.1's size, and the
+# wan2.1-1.3b preset's GRPO step on the real-size 1.3B (random weights, bf16) at two sizes with its peak memory against
+# worldlab.memory's plan (realsize_memory).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 WHEELS="diffusers==0.42.1 fastcore==2.2.41 roma==1.8.0 kornia==0.9.0 kornia_rs==0.2.0 lpips==0.1.4

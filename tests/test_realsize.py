@@ -131,12 +131,44 @@ def test_memory_plan_parts_follow_from_counts():
 
 
 def test_train_refuses_a_run_that_will_not_fit_before_loading_anything(tmp_path):
-    "The preset as is needs far more than 40 GiB; the error names the settings; a fitting run goes on to load."
+    "World-R1's config needs far more than 40 GiB; the error names the settings; a fitting run goes on to load."
     from worldlab.config import resolve
     from worldlab.train import make_trainer
+    world_r1 = dict(device='cpu', gpu_gib=40.0, gradient_checkpointing=False, micro_batch=0)   # the release's config
     with pytest.raises(ValueError, match=r'it fits with -p gradient_checkpointing true') as e:
-        make_trainer(resolve('wan2.1-1.3b', dict(device='cpu', gpu_gib=40.0)), tmp_path)
+        make_trainer(resolve('wan2.1-1.3b', world_r1), tmp_path)
     assert 'GiB per GPU' in str(e.value) and 'activations' in str(e.value), str(e.value)
     ok = dict(device='cpu', gpu_gib=80.0, gradient_checkpointing=True, micro_batch=1, prompts_per_batch=1)
     with pytest.raises(OSError, match='cannot load a Wan pipeline'):   # past the check: no hub here
         make_trainer(resolve('wan2.1-1.3b', ok), tmp_path)
+
+
+@pytest.mark.slow
+def test_real_size_grpo_steps_resume_exactly(tmp_path):
+    "The wan2.1-1.3b preset's code path on the real-size random 1.3B in bf16 (5x64x64): a resume logs the same step."
+    import shutil
+    from worldlab.config import resolve
+    from worldlab.train import make_trainer
+    p = resolve('wan2.1-1.3b', dict(model='random:wan2.1-1.3b', device='cpu', num_frames=5, height=64, width=64,
+                                    num_steps=2, group_size=2, prompts_per_batch=1, steps=1,
+                                    reward_weights={'red': 1.0}))
+    tr = make_trainer(p, tmp_path/'a'); tr.fit(1, progress=False)
+    (tmp_path/'b').mkdir(); shutil.copy(tmp_path/'a/checkpoint.pt', tmp_path/'b/checkpoint.pt')
+    one = tr.fit(2, progress=False)[0]
+    again = make_trainer(p, tmp_path/'b').fit(2, progress=False)[0]
+    keys = ('reward_mean', 'policy_loss', 'kl', 'grad_norm', 'clip_frac')
+    assert all(one[k] == again[k] for k in keys), {k: (one[k], again[k]) for k in keys}
+    assert one['kl'] > 0, one                               # the adapter moved in step 0: the reference pass differs
+
+
+def test_fsdp_keeps_diffusers_float32_modules_in_float32():
+    "Under FSDP2 a bf16 policy's time embedder computes in float32 (a bf16 mixed-precision policy cast it too)."
+    import json, subprocess, sys
+    bin_ = Path(sys.executable).parent
+    r = subprocess.run([str(bin_/'torchrun'), '--nproc_per_node', '2', 'tests/dist_fsdp_dtype.py'], cwd=ROOT,
+                       capture_output=True, text=True, timeout=600)
+    line = [x for x in r.stdout.splitlines() if x.startswith('RESULT ')]
+    assert r.returncode == 0 and line, r.stdout[-2000:] + r.stderr[-3000:]
+    res = json.loads(line[0][7:])
+    assert res['sharded'] and res['time_embedder'] == ['torch.float32'], res
+    assert all(math.isfinite(g) for g in res['grad_norm']), res

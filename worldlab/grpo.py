@@ -95,7 +95,8 @@ class PeriodicSchedule:
         return self.main_rewards if self.phase(step) == 'main' else self.dynamic_rewards
 
 # %% ../nbs/12_grpo.ipynb #22f8b460
-def shard_transformer(transformer, param_dtype:torch.dtype|None=None): # compute dtype (None: as stored)
+def shard_transformer(transformer, param_dtype:torch.dtype|None=None): # compute dtype (None: as stored; a dtype
+                                                                      # casts the fp32-kept modules too)
     "Shard a Wan transformer over the process group with FSDP2: each block, then the root (gradients reduced in fp32)."
     from torch.distributed.fsdp import fully_shard, MixedPrecisionPolicy
     mp = MixedPrecisionPolicy(param_dtype=param_dtype, reduce_dtype=torch.float32)
@@ -144,7 +145,7 @@ class Trainer:
                 raise ValueError("with FSDP every process must run the same groups: prompts_per_batch "
                                  f"({cfg.prompts_per_batch}) "
                                  f"must be a multiple of the number of processes ({self.acc.num_processes})")
-            shard_transformer(policy.transformer, policy.dtype if policy.dtype != torch.float32 else None)
+            shard_transformer(policy.transformer)   # computes in the stored dtypes: diffusers' fp32 modules stay fp32
         self.params = [p for p in policy.transformer.parameters() if p.requires_grad]   # after sharding: the DTensors
         self.opt = torch.optim.AdamW(self.params, lr=cfg.learning_rate)
         self.ema = [p.detach().clone() for p in self.params] if cfg.ema > 0 else None

@@ -181,7 +181,7 @@ def memory_plan(tc:TrainConfig, rc:RunConfig, gpus:int=1, # processes, one GPU e
                     fits=used/gib <= card_gib, kernel='flash')
     return df
 
-# %% ../nbs/12b_memory.ipynb #3b32a51c
+# %% ../nbs/12b_memory.ipynb #1f3bc922
 def fitting_changes(tc:TrainConfig, rc:RunConfig, gpus:int, card_gib:float, **kw) -> list[tuple[dict, float]]:
     "Cumulative setting changes, cheapest first, each with the GiB it would need; the first that fits ends the list."
     import dataclasses

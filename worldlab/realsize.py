@@ -131,7 +131,7 @@ def fsdp_plan(size:str='wan2.1-14b', world_size:int=8, dtype:torch.dtype=torch.b
     full = {id(p): (p.numel(), p.element_size(), p.requires_grad) for p in tr.parameters()}
     dist.init_process_group('fake', rank=0, world_size=world_size, store=FakeStore())
     try:
-        shard_transformer(tr, dtype if dtype != torch.float32 else None)
+        shard_transformer(tr)                                      # as the trainer does: stored dtypes
         units = [(f'blocks.{i}', b) for i, b in enumerate(tr.blocks)] + [('root (embedders, head)', tr)]
         rows, seen = [], set()
         for name, m in units:
@@ -142,7 +142,6 @@ def fsdp_plan(size:str='wan2.1-14b', world_size:int=8, dtype:torch.dtype=torch.b
                              sharded=all(hasattr(p, 'placements') for p in ps),
                              bytes_per_rank=sum(local(p)*p.element_size() for p in ps),
                              trainable_bytes_per_rank=sum(local(p)*p.element_size() for p in ps if p.requires_grad),
-                             gathered_bytes=sum(p.numel()*(dtype.itemsize if dtype != torch.float32
-                                                           else p.element_size()) for p in ps)))
+                             gathered_bytes=sum(p.numel()*p.element_size() for p in ps)))
         return pd.DataFrame(rows)
     finally: dist.destroy_process_group()
