@@ -134,7 +134,8 @@ class Trainer:
         self.acc = accelerator or Accelerator(cpu=policy.device.type == 'cpu')
         policy.add_lora(cfg.lora_rank, cfg.lora_alpha, tuple(cfg.lora_targets))
         if cfg.gradient_checkpointing: policy.transformer.enable_gradient_checkpointing()
-        if cfg.micro_batch < 0: raise ValueError(f"micro_batch must be 0 (the whole group) or more, got {cfg.micro_batch}")
+        if cfg.micro_batch < 0:
+            raise ValueError(f"micro_batch must be 0 (the whole group) or more, got {cfg.micro_batch}")
         from accelerate.utils import DistributedType
         self.sharded = self.acc.num_processes > 1 and (cfg.fsdp or self.acc.distributed_type == DistributedType.FSDP)
         if cfg.prompts_per_batch < self.acc.num_processes:

@@ -90,7 +90,8 @@ def fit_activations(m:pd.DataFrame) -> pd.DataFrame:
     for key, g in m.groupby(['size', 'dtype', 'kernel', 'checkpointing']):
         for part in ('extras', 'block'):
             deg = 2 if key[2] == 'math' and not key[3] else 1
-            if len(g) <= deg: raise ValueError(f"{key}: {len(g)} token counts measured; a degree-{deg} fit needs {deg + 1}")
+            if len(g) <= deg:
+                raise ValueError(f"{key}: {len(g)} token counts measured; a degree-{deg} fit needs {deg + 1}")
             coef = np.polyfit(g.tokens.to_numpy(float), g[part].to_numpy(float), deg)[::-1]
             resid = float(np.abs(np.polyval(coef[::-1], g.tokens) - g[part]).max())
             rows.append(dict(zip(('size', 'dtype', 'kernel', 'checkpointing'), key), part=part, a=coef[0],
@@ -152,7 +153,8 @@ def memory_plan(tc:TrainConfig, rc:RunConfig, gpus:int=1, # processes, one GPU e
     if size is None: raise ValueError(f"no memory plan for model {rc.model!r}: activations are measured for Wan2.1 "
                                       "1.3B and 14B widths only")
     fit = load_activation_fit() if fit is None else fit
-    gib, dt = 2**30, {'fp32': torch.float32, 'bf16': torch.bfloat16, 'fp16': torch.float16}.get(rc.dtype, torch.bfloat16)
+    gib = 2**30
+    dt = {'fp32': torch.float32, 'bf16': torch.bfloat16, 'fp16': torch.float16}.get(rc.dtype, torch.bfloat16)
     shards = gpus if tc.fsdp and gpus > 1 else 1
     cfg = wan_config(size)
     block = _weights_bytes(size, dt)/cfg['num_layers']
@@ -209,7 +211,8 @@ def check_memory(tc:TrainConfig, rc:RunConfig, gpus:int, card_gib:float, **kw) -
     raise ValueError(f"{rc.model} needs {p.attrs['need_gib']:.1f} GiB per GPU on {gpus} x {card_gib:.0f} GiB "
                      f"({p.attrs['tokens']} tokens a video):\n{format_plan(p)}\n"
                      + (f"it fits with {say(fit[0])} ({ways[-1][1]:.1f} GiB)" if fit else
-                        "no change of gradient_checkpointing, micro_batch, fsdp, sde_window or num_frames makes it fit"))
+                        "no change of gradient_checkpointing, micro_batch, fsdp, sde_window or num_frames "
+                        "makes it fit"))
 
 def format_plan(p:pd.DataFrame) -> str:
     "The plan as lines of text: each part in GiB, the total and whether it fits."

@@ -54,9 +54,9 @@ def tiny_wan(folder:str|Path|None=None, # save the pipeline here (it then loads 
 
 # %% ../nbs/11_policy.ipynb #c7a1f0e2
 def cast_keeping_fp32(module:torch.nn.Module, dtype:torch.dtype, device=None) -> torch.nn.Module:
-    ("Move `module` to `device` and cast its floating parameters and buffers to `dtype`, except those of the modules in "
-     "its `_keep_in_fp32_modules`, which become float32 (diffusers' loader rule: a listed name is one of the dotted "
-     "parts of the tensor's name).")
+    ("Move `module` to `device` and cast its floating parameters and buffers to `dtype`, except those of the modules "
+     "in its `_keep_in_fp32_modules`, which become float32 (diffusers' loader rule: a listed name is one of the "
+     "dotted parts of the tensor's name).")
     if device is not None: module.to(device)
     keep = set(getattr(module, '_keep_in_fp32_modules', None) or ())
     for mname, m in module.named_modules():
@@ -78,7 +78,8 @@ class WanPolicy:
         pipe.text_encoder.requires_grad_(False); pipe.vae.requires_grad_(False)
         # diffusers' and transformers' loaders keep some modules in float32 (Wan: rope, time embedder, scale-shift
         # tables, norm1-3; UMT5: wo): a plain .to(dtype) would cast them too
-        cast_keeping_fp32(pipe.transformer, dtype, self.device); cast_keeping_fp32(pipe.text_encoder, dtype, self.device)
+        cast_keeping_fp32(pipe.transformer, dtype, self.device)
+        cast_keeping_fp32(pipe.text_encoder, dtype, self.device)
         cast_keeping_fp32(pipe.vae, torch.float32, self.device)   # the VAE decodes in float32, as diffusers advises
         self._cache = {}
 

@@ -124,8 +124,10 @@ def fsdp_plan(size:str='wan2.1-14b', world_size:int=8, dtype:torch.dtype=torch.b
     import torch.distributed as dist
     from torch.testing._internal.distributed.fake_pg import FakeStore
     from worldlab.grpo import shard_transformer
-    if dist.is_initialized(): raise RuntimeError("fsdp_plan needs a process without a process group (it makes a fake one)")
-    pol = WanPolicy.__new__(WanPolicy); pol.pipe = type('P', (), {'transformer': build_transformer(size, 'meta', dtype)})()
+    if dist.is_initialized():
+        raise RuntimeError("fsdp_plan needs a process without a process group (it makes a fake one)")
+    pol = WanPolicy.__new__(WanPolicy)
+    pol.pipe = type('P', (), {'transformer': build_transformer(size, 'meta', dtype)})()
     pol.add_lora(lora_rank, lora_alpha, targets)
     tr = pol.transformer
     full = {id(p): (p.numel(), p.element_size(), p.requires_grad) for p in tr.parameters()}
