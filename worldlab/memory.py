@@ -169,13 +169,17 @@ def memory_plan(tc:TrainConfig, rc:RunConfig, gpus:int=1, # processes, one GPU e
     mb = (tc.micro_batch or tc.group_size)*(2 if tc.guidance_scale != 1 else 1)
     tokens = T*(h//2)*(w//2)
     dname = str(dt).removeprefix('torch.')
-    act = {ck: mb*activation_bytes(fit, size, tokens, dname, 'flash', ck) for ck in (False, True)}
+    scale = 1.0
+    if not (fit.dtype == dname).any():                 # measured in bf16 only: other dtypes scaled by element size
+        dname, scale = 'bfloat16', dt.itemsize/2
+    act = {ck: scale*mb*activation_bytes(fit, size, tokens, dname, 'flash', ck) for ck in (False, True)}
+    est = f' (bf16 measured x {scale:g})' if scale != 1 else ''
     rows = [('transformer weights' + (f' (1/{shards} + 2 gathered blocks)' if shards > 1 else ''), tr_w),
             ('text encoder weights (UMT5-XXL)', te_w), ('VAE weights (fp32)', vae_w),
             ('LoRA weights, grads, AdamW, EMA (fp32)', lora),
             (f'rollouts ({groups} group(s) x {tc.group_size} videos, {S} SDE steps)', roll),
-            (f'activations, {mb} videos, no checkpointing', act[False]),
-            (f'activations, {mb} videos, gradient checkpointing', act[True]),
+            (f'activations, {mb} videos, no checkpointing{est}', act[False]),
+            (f'activations, {mb} videos, gradient checkpointing{est}', act[True]),
             ('reward models on this GPU', reward_gib*gib), ('overhead (assumed)', overhead_gib*gib)]
     df = pd.DataFrame(rows, columns=['part', 'bytes']).assign(gib=lambda d: d.bytes/gib)
     used = df.bytes.sum() - act[not tc.gradient_checkpointing]
