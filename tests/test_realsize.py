@@ -17,13 +17,15 @@ def test_bf16_policy_keeps_the_modules_diffusers_keeps_in_float32():
     "A bf16 policy holds the dtypes diffusers' own loader gives (before the fix, the time embedder became bf16)."
     from diffusers import WanPipeline
     from worldlab.policy import WanPolicy
-    ref = dtypes(WanPipeline.from_pretrained(ROOT/'data/mini_wan', torch_dtype=torch.bfloat16).transformer)
-    assert ref['condition_embedder.time_embedder.linear_1.weight'] == torch.float32   # the reference keeps it
-    loaded = dtypes(WanPolicy.from_pretrained(ROOT/'data/mini_wan', device='cpu', dtype='bf16').transformer)
-    built = dtypes(WanPolicy(WanPipeline.from_pretrained(ROOT/'data/mini_wan'), 'cpu', torch.bfloat16).transformer)
-    for name, got in (('from_pretrained', loaded), ('cast from fp32', built)):
-        diff = {k: (ref[k], got.get(k)) for k in ref if got.get(k) != ref[k]}
-        assert not diff, f"{name}: {len(diff)} tensors differ from diffusers' loader (loader, policy): {list(diff.items())[:5]}"
+    pipe = WanPipeline.from_pretrained(ROOT/'data/mini_wan', torch_dtype=torch.bfloat16)
+    assert dtypes(pipe.transformer)['condition_embedder.time_embedder.linear_1.weight'] == torch.float32
+    loaded = WanPolicy.from_pretrained(ROOT/'data/mini_wan', device='cpu', dtype='bf16').pipe
+    built = WanPolicy(WanPipeline.from_pretrained(ROOT/'data/mini_wan'), 'cpu', torch.bfloat16).pipe
+    for part in ('transformer', 'text_encoder'):                  # diffusers' and transformers' own loaders
+        ref = dtypes(getattr(pipe, part))
+        for name, got in (('from_pretrained', dtypes(getattr(loaded, part))), ('cast', dtypes(getattr(built, part)))):
+            diff = {k: (ref[k], got.get(k)) for k in ref if got.get(k) != ref[k]}
+            assert not diff, f"{part} {name}: {len(diff)} tensors differ from the loader's (loader, policy): {list(diff.items())[:5]}"
 
 
 def test_velocity_passes_a_float32_timestep_and_lora_trains_in_float32():
@@ -39,11 +41,10 @@ def test_velocity_passes_a_float32_timestep_and_lora_trains_in_float32():
 
 
 def test_lora_targets_the_real_blocks_lack_are_an_error():
-    from worldlab.policy import WanPolicy
+    from worldlab.policy import add_lora_to
     from worldlab.realsize import build_transformer
-    pol = WanPolicy.__new__(WanPolicy); pol.pipe = type('P', (), {'transformer': build_transformer('1.3b', 'meta')})()
     with pytest.raises(ValueError, match=r"\['to_x'\] name no linear layer"):
-        pol.add_lora(8, 16, ('to_q', 'to_x'))
+        add_lora_to(build_transformer('1.3b', 'meta'), 8, 16, ('to_q', 'to_x'))
 
 
 def independent_count(d, f, layers, text_dim=4096, freq=256, cin=16, cout=16, patch=4):

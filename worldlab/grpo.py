@@ -359,6 +359,19 @@ def _rows(roll, s:slice):
     return dataclasses.replace(roll, latents=roll.latents[s], samples=roll.samples[s], logps=roll.logps[s],
                                final=roll.final[s], video=None)
 
+@patch
+def chunk_loss(self:Trainer, part, j:int, emb:torch.Tensor, neg:torch.Tensor|None, adv:torch.Tensor, mask:torch.Tensor):
+    "The clipped surrogate (+ β·KL to the adapter-off reference) of rollout videos `part` at trained step j, and stats."
+    c = self.cfg
+    lp, mean, std = logprob(self.policy, part, j, emb, c.num_steps, c.guidance_scale, neg, c.noise_level)
+    kl = None
+    if c.beta > 0:
+        with torch.no_grad():
+            _, mref, _ = logprob(self.policy, part, j, emb, c.num_steps, c.guidance_scale, neg, c.noise_level,
+                                 reference=True)
+        kl = kl_to_reference(mean, mref, std)
+    return grpo_loss(lp, part.logps[:, j], adv, mask, c.clip_range, kl, c.beta)
+
 # %% ../nbs/12_grpo.ipynb #52dc48ce
 @patch
 def update(self:Trainer, rolls:list, embs:list, A:dict, win:tuple[int, int]) -> tuple[list[dict], float]:
@@ -376,15 +389,7 @@ def update(self:Trainer, rolls:list, embs:list, A:dict, win:tuple[int, int]) -> 
         for j in train_js:                              # one backward per timestep and micro-batch: bounded memory
             parts = []
             for s in (slice(lo, lo + mb) for lo in range(0, G, mb)):
-                part, e, ng = _rows(r, s), emb[s], (neg[s] if neg is not None else None)
-                lp, mean, std = logprob(self.policy, part, j, e, c.num_steps, c.guidance_scale, ng, c.noise_level)
-                kl = None
-                if c.beta > 0:
-                    with torch.no_grad():
-                        _, mref, _ = logprob(self.policy, part, j, e, c.num_steps, c.guidance_scale, ng, c.noise_level,
-                                             reference=True)
-                    kl = kl_to_reference(mean, mref, std)
-                loss, st = grpo_loss(lp, part.logps[:, j], adv[s], mask[s], c.clip_range, kl, c.beta)
+                loss, st = self.chunk_loss(_rows(r, s), j, emb[s], neg[s] if neg is not None else None, adv[s], mask[s])
                 w = int(mask[s].sum())/n if n else 1.0       # the chunk's mean, weighted back to the group's mean
                 (loss*w/n_back).backward()
                 parts.append((st, w if n else 1/len(range(0, G, mb))))

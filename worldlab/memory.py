@@ -6,9 +6,8 @@ autograd saves on the real-size blocks; and whether it fits the card."""
 
 # %% ../nbs/12b_memory.ipynb #cbe94923
 from __future__ import annotations
-import math
+import functools, math
 from pathlib import Path
-from types import SimpleNamespace
 
 import numpy as np
 import pandas as pd
@@ -16,8 +15,8 @@ import torch
 
 from .config import RunConfig, TrainConfig
 from .core import project_root, wan_latent_shape
-from .policy import WanPolicy, cast_keeping_fp32
-from .realsize import build_transformer, lora_param_count, text_encoder_param_count, wan_config, wan_size
+from .policy import add_lora_to, cast_keeping_fp32
+from .realsize import build_transformer, build_vae, lora_param_count, wan_config, wan_size
 
 # %% auto #0
 __all__ = ['ACTIVATIONS', 'saved_bytes', 'measure_activations', 'fit_activations', 'activation_bytes', 'load_activation_fit',
@@ -59,8 +58,7 @@ def measure_activations(size:str, tokens=(256, 512, 1024, 2048), dtype:torch.dty
     "Saved bytes per video of the embedders+head (`extras`) and of one block, by kernel, checkpointing and tokens."
     from torch.nn.attention import SDPBackend, sdpa_kernel
     tr = build_transformer(size, 'cpu', dtype, layers=2)
-    holder = WanPolicy.__new__(WanPolicy); holder.pipe = SimpleNamespace(transformer=tr)
-    holder.add_lora(lora_rank, 2*lora_rank)
+    add_lora_to(tr, lora_rank, 2*lora_rank)
     blocks, rows = tr.blocks, []
     emb = torch.randn(1, text_len, wan_config(size)['text_dim'], dtype=dtype)
     for ckpt in (False, True):
@@ -121,10 +119,16 @@ def load_activation_fit(path:str|Path|None=None) -> pd.DataFrame:
     return pd.read_csv(p)
 
 # %% ../nbs/12b_memory.ipynb #1ee0a420
-def _weights_bytes(size:str, dtype:torch.dtype) -> int:
-    "Bytes of the transformer's weights in `dtype` with diffusers' float32 modules (counted on the meta device)."
-    tr = cast_keeping_fp32(build_transformer(size, 'meta'), dtype)
-    return sum(p.numel()*p.element_size() for p in tr.parameters())
+@functools.cache
+def _weights_bytes(size:str, dtype:torch.dtype) -> dict:
+    ("Bytes of the weights a policy holds (transformer and UMT5-XXL in `dtype` with their loaders' float32 modules, "
+     "VAE in float32), counted on the meta device.")
+    from transformers import UMT5Config, UMT5EncoderModel
+    nbytes = lambda m: sum(p.numel()*p.element_size() for p in m.parameters())
+    te = {k: v for k, v in wan_config(size, 'text_encoder').items() if k != 'architectures'}
+    with torch.device('meta'): te, vae = UMT5EncoderModel(UMT5Config(**te)), build_vae(size)
+    return dict(transformer=nbytes(cast_keeping_fp32(build_transformer(size, 'meta'), dtype)),
+                text_encoder=nbytes(cast_keeping_fp32(te, dtype)), vae=nbytes(vae))
 
 def plan_size(model:str, transformer_config:dict|None=None) -> str|None:
     "The Wan2.1 size a run's model is (hub id, random:..., or a folder whose transformer has a measured width)."
@@ -157,10 +161,9 @@ def memory_plan(tc:TrainConfig, rc:RunConfig, gpus:int=1, # processes, one GPU e
     dt = {'fp32': torch.float32, 'bf16': torch.bfloat16, 'fp16': torch.float16}.get(rc.dtype, torch.bfloat16)
     shards = gpus if tc.fsdp and gpus > 1 else 1
     cfg = wan_config(size)
-    block = _weights_bytes(size, dt)/cfg['num_layers']
-    tr_w = _weights_bytes(size, dt)/shards + (2*block if shards > 1 else 0)
-    te_w = text_encoder_param_count(wan_config(size, 'text_encoder'))*(2 if dt != torch.float32 else 4)
-    vae_w = 126_892_531*4                                              # realsize: the VAE's count, float32
+    wb = _weights_bytes(size, dt)
+    # FSDP: a shard, plus two gathered blocks (the one computing, the one prefetched)
+    tr_w = wb['transformer']/shards + (2*wb['transformer']/cfg['num_layers'] if shards > 1 else 0)
     lora = lora_param_count(cfg, tc.lora_rank, tc.lora_targets)*4*(4 + (tc.ema > 0))/shards   # w, grad, 2 moments, EMA
     C, T, h, w = wan_latent_shape(tc.num_frames, tc.height, tc.width)
     S = tc.sde_window if 0 < tc.sde_window < tc.num_steps else tc.num_steps
@@ -175,7 +178,7 @@ def memory_plan(tc:TrainConfig, rc:RunConfig, gpus:int=1, # processes, one GPU e
     act = {ck: scale*mb*activation_bytes(fit, size, tokens, dname, 'flash', ck) for ck in (False, True)}
     est = f' (bf16 measured x {scale:g})' if scale != 1 else ''
     rows = [('transformer weights' + (f' (1/{shards} + 2 gathered blocks)' if shards > 1 else ''), tr_w),
-            ('text encoder weights (UMT5-XXL)', te_w), ('VAE weights (fp32)', vae_w),
+            ('text encoder weights (UMT5-XXL)', wb['text_encoder']), ('VAE weights (fp32)', wb['vae']),
             ('LoRA weights, grads, AdamW, EMA (fp32)', lora),
             (f'rollouts ({groups} group(s) x {tc.group_size} videos, {S} SDE steps)', roll),
             (f'activations, {mb} videos, no checkpointing{est}', act[False]),

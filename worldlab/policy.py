@@ -14,7 +14,7 @@ from fastcore.basics import patch
 from .core import pick_device, pick_dtype, wan_latent_shape
 
 # %% auto #0
-__all__ = ['TINY_WORDS', 'tiny_tokenizer', 'tiny_wan', 'cast_keeping_fp32', 'WanPolicy']
+__all__ = ['TINY_WORDS', 'tiny_tokenizer', 'tiny_wan', 'cast_keeping_fp32', 'WanPolicy', 'add_lora_to']
 
 # %% ../nbs/11_policy.ipynb #6558ab9c
 TINY_WORDS = ('camera push pull in out move left right orbit pan fixed then a an the of on at in with and under over '
@@ -53,12 +53,19 @@ def tiny_wan(folder:str|Path|None=None, # save the pipeline here (it then loads 
     return pipe
 
 # %% ../nbs/11_policy.ipynb #c7a1f0e2
+def _kept_in_fp32(module:torch.nn.Module, dtype:torch.dtype) -> set:
+    ("The module names its library's loader keeps in float32 at `dtype`: diffusers keeps `_keep_in_fp32_modules` at "
+     "any dtype; transformers keeps them only for fp16, and `_keep_in_fp32_modules_strict` for fp16 and bf16.")
+    names = lambda attr: set(getattr(module, attr, None) or ())
+    if not hasattr(module, '_keep_in_fp32_modules_strict'): return names('_keep_in_fp32_modules')   # diffusers
+    return ((names('_keep_in_fp32_modules_strict') if dtype in (torch.float16, torch.bfloat16) else set())
+            | (names('_keep_in_fp32_modules') if dtype == torch.float16 else set()))
+
 def cast_keeping_fp32(module:torch.nn.Module, dtype:torch.dtype, device=None) -> torch.nn.Module:
     ("Move `module` to `device` and cast its floating parameters and buffers to `dtype`, except those of the modules "
-     "in its `_keep_in_fp32_modules`, which become float32 (diffusers' loader rule: a listed name is one of the "
-     "dotted parts of the tensor's name).")
+     "its loader keeps in float32 (`_kept_in_fp32`; a listed name is one of the dotted parts of the tensor's name).")
     if device is not None: module.to(device)
-    keep = set(getattr(module, '_keep_in_fp32_modules', None) or ())
+    keep = _kept_in_fp32(module, dtype)
     for mname, m in module.named_modules():
         parts = set(mname.split('.')) if mname else set()
         for store in (m._parameters, m._buffers):
@@ -76,8 +83,8 @@ class WanPolicy:
     def __init__(self, pipe, device='cpu', dtype=torch.float32, max_sequence_length:int=512):
         self.pipe, self.device, self.dtype, self.max_len = pipe, torch.device(device), dtype, max_sequence_length
         pipe.text_encoder.requires_grad_(False); pipe.vae.requires_grad_(False)
-        # diffusers' and transformers' loaders keep some modules in float32 (Wan: rope, time embedder, scale-shift
-        # tables, norm1-3; UMT5: wo): a plain .to(dtype) would cast them too
+        # diffusers' loader keeps some of Wan's modules in float32 (rope, time embedder, scale-shift tables, norm1-3);
+        # a plain .to(dtype) would cast them too
         cast_keeping_fp32(pipe.transformer, dtype, self.device)
         cast_keeping_fp32(pipe.text_encoder, dtype, self.device)
         cast_keeping_fp32(pipe.vae, torch.float32, self.device)   # the VAE decodes in float32, as diffusers advises
@@ -168,25 +175,30 @@ def schedule(self:WanPolicy, num_steps:int) -> tuple[torch.Tensor, torch.Tensor]
     s.set_timesteps(num_steps, device=self.device)
     return s.sigmas.float().to(self.device), s.timesteps.float().to(self.device)
 
-# %% ../nbs/11_policy.ipynb #d1b1e023
-@patch
-def add_lora(self:WanPolicy, rank:int=32, alpha:int=64, targets=('to_q', 'to_k', 'to_v', 'to_out.0'),
-             name:str='default'):
-    ("Attach a LoRA adapter (peft) to the transformer's attention projections, in float32 whatever the base's dtype; "
-     "only it will train.")
+# %% ../nbs/11_policy.ipynb #f0e1d2c3
+def add_lora_to(transformer, rank:int=32, alpha:int=64, targets=('to_q', 'to_k', 'to_v', 'to_out.0'),
+                name:str='default') -> list:
+    ("Attach a LoRA adapter (peft) to a transformer's named projections, in float32 whatever the base's dtype; only it "
+     "will train. Its trainable parameters; a target that names no linear layer is an error.")
     from peft import LoraConfig
-    names = [n for n, m in self.transformer.named_modules() if isinstance(m, torch.nn.Linear)]
+    names = [n for n, m in transformer.named_modules() if isinstance(m, torch.nn.Linear)]
     missing = [t for t in targets if not any(n == t or n.endswith('.' + t) for n in names)]
     if missing:
         raise ValueError(f"LoRA targets {missing} name no linear layer of this transformer (its blocks have "
                          f"{sorted({n.split('.', 2)[-1] for n in names if n.startswith('blocks.0.')})})")
-    self.transformer.requires_grad_(False)
-    self.transformer.add_adapter(LoraConfig(r=rank, lora_alpha=alpha, target_modules=list(targets),
-                                            init_lora_weights=True),
-                                 adapter_name=name)
-    params = [p for p in self.transformer.parameters() if p.requires_grad]
+    transformer.requires_grad_(False)
+    transformer.add_adapter(LoraConfig(r=rank, lora_alpha=alpha, target_modules=list(targets), init_lora_weights=True),
+                            adapter_name=name)
+    params = [p for p in transformer.parameters() if p.requires_grad]
     for p in params: p.data = p.data.float()   # trained in float32 under a bf16 base (diffusers' cast_training_params)
     return params
+
+# %% ../nbs/11_policy.ipynb #d1b1e023
+@patch
+def add_lora(self:WanPolicy, rank:int=32, alpha:int=64, targets=('to_q', 'to_k', 'to_v', 'to_out.0'),
+             name:str='default'):
+    "`add_lora_to` this policy's transformer: its trainable parameters."
+    return add_lora_to(self.transformer, rank, alpha, targets, name)
 
 @patch
 @contextlib.contextmanager

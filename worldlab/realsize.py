@@ -13,7 +13,7 @@ import pandas as pd
 import torch
 
 from .core import project_root
-from .policy import WanPolicy, cast_keeping_fp32, tiny_tokenizer
+from .policy import WanPolicy, add_lora_to, cast_keeping_fp32, tiny_tokenizer
 
 # %% auto #0
 __all__ = ['WAN_SIZES', 'WAN_PARTS', 'wan_size', 'wan_config', 'transformer_param_count', 'lora_param_count', 'build_transformer',
@@ -126,10 +126,8 @@ def fsdp_plan(size:str='wan2.1-14b', world_size:int=8, dtype:torch.dtype=torch.b
     from worldlab.grpo import shard_transformer
     if dist.is_initialized():
         raise RuntimeError("fsdp_plan needs a process without a process group (it makes a fake one)")
-    pol = WanPolicy.__new__(WanPolicy)
-    pol.pipe = type('P', (), {'transformer': build_transformer(size, 'meta', dtype)})()
-    pol.add_lora(lora_rank, lora_alpha, targets)
-    tr = pol.transformer
+    tr = build_transformer(size, 'meta', dtype)
+    add_lora_to(tr, lora_rank, lora_alpha, targets)
     full = {id(p): (p.numel(), p.element_size(), p.requires_grad) for p in tr.parameters()}
     dist.init_process_group('fake', rank=0, world_size=world_size, store=FakeStore())
     try:
