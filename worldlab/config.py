@@ -18,7 +18,7 @@ __all__ = ['TrainConfig', 'RunConfig', 'field_types', 'check_value', 'split', 'f
 # %% ../nbs/00a_config.ipynb #637421e9
 @dataclass
 class TrainConfig:
-    "What the GRPO algorithm does: World-R1's training configuration by default, at a laptop's video size."
+    "What the RL algorithm does (Flow-GRPO or DiffusionNFT): World-R1's training configuration by default, small video."
     height:int = 32; width:int = 32; num_frames:int = 9  # video size (frames 4k+1); the presets set the paper's
     num_steps:int = 6                            # denoising steps per sample
     guidance_scale:float = 1.0                   # classifier-free guidance (1: off)
@@ -28,7 +28,7 @@ class TrainConfig:
     sde_window:int = 0                           # SDE steps per sample (0: the whole schedule)
     timestep_fraction:float = 0.49               # share of the window's steps trained on
     learning_rate:float = 1e-4
-    beta:float = 0.004                           # KL weight
+    beta:float = 0.004                           # KL weight (to the adapter-off base model)
     clip_range:float = 1e-3
     adv_clip_max:float = 5.0
     per_prompt_stat_tracking:bool = True
@@ -59,6 +59,18 @@ class TrainConfig:
     fsdp:bool = False                            # shard the transformer (FSDP2) over the processes (14B)
     gradient_checkpointing:bool = False          # recompute each block's activations in the backward pass
     micro_batch:int = 0                          # videos per forward/backward in the update (0: the whole group)
+    algorithm:str = 'grpo'                       # grpo (Flow-GRPO: World-R1) | nft (DiffusionNFT: WorldReward)
+    nft_beta:float = 1.0                         # nft: step of the implicit positive/negative policies off the old
+    nft_decay_start:float = 0.0                  # nft: the old (sampling) policy, an EMA of the trained one with decay
+    nft_decay_max:float = 0.5                    # min(max, start + rate x steps): DiffusionNFT's decay_type 1;
+    nft_decay_rate:float = 0.001                 # WorldReward's release: 0.4, 0.9, 0.01
+    nft_rollout:str = 'ode'                      # nft rollouts: ode (DiffusionNFT) | sde (Flow-GRPO's SDE at
+                                                 # noise_level: WorldReward's release)
+    nft_advantages:str = 'group'                 # nft: group (the weighted reward's per-prompt z-score: DiffusionNFT)
+                                                 # | fused (each reward's group z-score, weighted mean, batch z-score:
+                                                 # WorldReward's release)
+    nft_best_of:int = 0                          # nft: train on each group's best and worst best_of/2 (WorldReward:
+                                                 # 6 of 12); 0: every video
     seed:int = 42
 
 # %% ../nbs/00a_config.ipynb #b3198959

@@ -122,9 +122,13 @@ def _seed(*xs) -> int:
 
 class Trainer:
     "Flow-GRPO on a `WanPolicy`: sample groups, score, update the LoRA adapter; checkpoint and resume."
+    algorithm = 'grpo'                                  # `TrainConfig.algorithm` this class runs (`NFTTrainer`: nft)
     def __init__(self, policy, cfg:TrainConfig, rewards:dict, # {name: reward fn}
                  main_prompts:list[str], dynamic_prompts:list[str]|None=None, run_dir:str|Path|None=None,
                  accelerator=None):
+        if cfg.algorithm != self.algorithm:
+            raise ValueError(f"algorithm={cfg.algorithm!r}, but {type(self).__name__} runs {self.algorithm!r}: "
+                             "train.make_trainer picks the trainer of the configured algorithm")
         self.policy, self.cfg, self.registry = policy, cfg, rewards
         self.prompts = {'main': list(main_prompts), 'dynamic': list(dynamic_prompts or main_prompts)}
         if not self.prompts['main']: raise ValueError("no training prompts")
@@ -335,7 +339,8 @@ def _log_failures(self:Trainer, prompts:list[str], mine:list[int], fails:list):
 
 # %% ../nbs/12_grpo.ipynb #51c48e44
 @patch
-def advantages(self:Trainer, rewards:torch.Tensor, mine:list[int]) -> dict:
+def advantages(self:Trainer, rewards:torch.Tensor, mine:list[int],
+               info:dict|None=None) -> dict: # the rewards' components (GRPO needs only the weighted sum)
     ("Phase 3: `group_advantages` of the step's rewards, one group per prompt, with the run's std, mean and zero-std "
      "rules.")
     c = self.cfg
@@ -394,6 +399,12 @@ def update(self:Trainer, rolls:list, embs:list, A:dict, win:tuple[int, int]) -> 
                 (loss*w/n_back).backward()
                 parts.append((st, w if n else 1/len(range(0, G, mb))))
             stats.append({k: sum(st[k]*w for st, w in parts) for k in parts[0][0]})
+    return stats, self.apply_gradients()
+
+@patch
+def apply_gradients(self:Trainer) -> float:
+    "Average the gradients over processes, clip them, step AdamW, update the EMA; the gradient norm before clipping."
+    c = self.cfg
     # average gradients over processes (DDP's rule; FSDP does its own)
     if self.acc.num_processes > 1 and not self.sharded:
         for p in self.params:
@@ -404,7 +415,7 @@ def update(self:Trainer, rolls:list, embs:list, A:dict, win:tuple[int, int]) -> 
     if self.ema is not None:
         with torch.no_grad():
             for e, p in zip(self.ema, self.params): e.mul_(c.ema).add_(p.detach(), alpha=1 - c.ema)
-    return stats, gnorm
+    return gnorm
 
 # %% ../nbs/12_grpo.ipynb #a256fccd
 @patch
@@ -436,8 +447,8 @@ def metrics(self:Trainer, phase:str, win:tuple[int, int], rewards:torch.Tensor, 
 # %% ../nbs/12_grpo.ipynb #4bcbf5a0
 @patch
 def train_step(self:Trainer) -> dict:
-    "One GRPO step: rollout, score, advantages, update, metrics; its row of the metrics table."
-    t0 = time.perf_counter()
+    "One RL step: rollout, score, advantages, update, metrics; its row of the metrics table."
+    t0, cpu0 = time.perf_counter(), time.process_time()
     # 1. rollout: the phase's next prompts; this process's groups from their camera noise, with SDE transitions
     phase, prompts = self.batch_prompts()
     mine = list(range(self.acc.process_index, len(prompts), self.acc.num_processes))
@@ -448,13 +459,14 @@ def train_step(self:Trainer) -> dict:
     rewards, info, reasons = self.score(prompts, mine, rolls)
     t2 = time.perf_counter()
     # 3. advantages, per prompt group
-    A = self.advantages(rewards, mine)
-    # 4. update: the clipped surrogate per trained timestep; AdamW; EMA
+    A = self.advantages(rewards, mine, info)
+    # 4. update: the clipped surrogate per trained timestep (NFT: its flow-matching loss); AdamW; EMA
     stats, gnorm = self.update(rolls, embs, A, win)
     t3 = time.perf_counter()
     # 5. metrics, gathered from every process
     m = self.metrics(phase, win, rewards, A, stats, gnorm, info, reasons,
-                     dict(t_sample=t1 - t0, t_reward=t2 - t1, t_update=t3 - t2))
+                     dict(t_sample=t1 - t0, t_reward=t2 - t1, t_update=t3 - t2,
+                          cpu_seconds=time.process_time() - cpu0))   # this process's CPU time, all its threads
     self.step += 1
     return m
 
@@ -469,6 +481,7 @@ def state(self:Trainer) -> dict:
                 opt=get_optimizer_state_dict(self.policy.transformer, self.opt, options=o),
                 ema=[_full(e).cpu() for e in self.ema] if self.ema is not None else None,
                 step=self.step, pos=dict(self.pos), cfg=asdict(self.cfg), phase=self.schedule.phase(self.step),
+                algorithm=self.algorithm,
                 rng=dict(torch=torch.get_rng_state(), numpy=np.random.get_state(), python=random.getstate()))
 
 @patch
@@ -483,11 +496,14 @@ def save(self:Trainer, path:str|Path) -> Path:
     return path
 
 @patch
-def load(self:Trainer, path:str|Path):
-    "Continue from a checkpoint (written by any number of processes, sharded or not)."
+def load(self:Trainer, path:str|Path) -> dict:
+    "Continue from a checkpoint (written by any number of processes, sharded or not); what it read."
     from torch.distributed.checkpoint.state_dict import set_model_state_dict, set_optimizer_state_dict, StateDictOptions
     st = torch.load(path, map_location='cpu', weights_only=False)
-    if 'trainable' not in st: raise ValueError(f"{path} is not a worldlab GRPO checkpoint (no 'trainable' weights)")
+    if 'trainable' not in st: raise ValueError(f"{path} is not a worldlab training checkpoint (no 'trainable' weights)")
+    if st.get('algorithm', 'grpo') != self.algorithm:
+        raise ValueError(f"{path} was written by a {st.get('algorithm', 'grpo')!r} run; this run trains with "
+                         f"{self.algorithm!r}: start it in another run folder")
     o = StateDictOptions(full_state_dict=True, strict=False)
     set_model_state_dict(self.policy.transformer, st['trainable'], options=o)
     set_optimizer_state_dict(self.policy.transformer, self.opt, st['opt'], options=o)
@@ -496,6 +512,7 @@ def load(self:Trainer, path:str|Path):
     self.step, self.pos = st['step'], dict(st['pos'])
     torch.set_rng_state(st['rng']['torch']); np.random.set_state(st['rng']['numpy'])
     random.setstate(st['rng']['python'])
+    return st
 
 
 # %% ../nbs/12_grpo.ipynb #1c93893b
@@ -521,7 +538,7 @@ def fit(self:Trainer, steps:int, checkpoint_every:int=1, log=None, progress:bool
     ck = self.run_dir/'checkpoint.pt' if self.run_dir else None
     if ck is not None and ck.exists(): self.load(ck)
     rows = []
-    for _ in tqdm(range(self.step, steps), disable=not progress or not self.acc.is_main_process, desc='grpo'):
+    for _ in tqdm(range(self.step, steps), disable=not progress or not self.acc.is_main_process, desc=self.algorithm):
         m = self.train_step(); rows.append(m)
         if log is not None and self.acc.is_main_process: log(m)
         if ck is not None and (self.step % checkpoint_every == 0 or self.step == steps): self.save(ck)

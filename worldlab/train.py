@@ -6,7 +6,7 @@ trainer, its log and curves. The `train` run notebook calls it in one process; `
 
 # %% ../nbs/13_train.ipynb #57bf688c
 from __future__ import annotations
-import argparse, dataclasses, json, os, random, re, sys, time
+import argparse, dataclasses, json, os, random, re, sys, tempfile, time
 from pathlib import Path
 
 import pandas as pd
@@ -17,15 +17,17 @@ from .core import (parse_value, pick_device, pick_dtype, project_root, run_ref, 
 from .adapters import export_checkpoint, read_adapter
 from .config import RunConfig, TrainConfig, fields_help, resolve, split
 from .grpo import Trainer
+from .nft import NFTTrainer
 from .memory import check_memory, format_plan, load_activation_fit, memory_plan, plan_size
 from .policy import WanPolicy
 from .prompts import load_world_r1, read_prompt_file
 from .realsize import random_wan
 from .reward_contract import channel_mean_reward
+from .verdicts import judge_comparator, pairwise_rewards, preference_from_reward
 
 # %% auto #0
-__all__ = ['load_prompt_sets', 'simple_rewards', 'build_rewards', 'load_policy', 'make_trainer', 'memory_check', 'train',
-           'write_sample', 'warm_start', 'plot_training', 'main']
+__all__ = ['TRAINERS', 'load_prompt_sets', 'simple_rewards', 'build_rewards', 'load_policy', 'make_trainer', 'memory_check',
+           'train', 'write_sample', 'warm_start', 'plot_training', 'main']
 
 # %% ../nbs/13_train.ipynb #b095a7af
 def load_prompt_sets(spec:str, seed:int=0) -> tuple[list[str], list[str]]:
@@ -61,14 +63,11 @@ def simple_rewards() -> dict:
 
 
 # %% ../nbs/13_train.ipynb #145f9d85
-def build_rewards(weights:dict, rc:RunConfig, policy=None) -> dict: # policy: for rgen='mini'
-    "The registry for the weighted names: simple rewards, a reward service, or the in-process 3D reward."
-    reg = simple_rewards()
-    want = [k for k in weights if k not in reg]
-    if not want: return reg
+def _base_rewards(names:list, rc:RunConfig, policy=None) -> dict:
+    "Rewards for `names` that are not simple: from a reward service, or the in-process 3D reward and R_gen."
     if rc.reward_url:
         from worldlab.reward_service import remote_reward   # lazy: only when scoring on a reward service
-        return reg | {k: remote_reward(rc.reward_url, k) for k in want}
+        return {k: remote_reward(rc.reward_url, k) for k in names}
     from worldlab.rewards import make_rewards   # lazy: the in-process 3D reward stack (reconstruction, LPIPS)
     judge = None
     if rc.judge_url:
@@ -85,11 +84,32 @@ def build_rewards(weights:dict, rc:RunConfig, policy=None) -> dict: # policy: fo
     if rc.rgen == 'critic':
         from worldlab.critic import critic_quality   # lazy: the learned critic, only for rgen='critic'
         heavy['reward_general'] = critic_quality()
-    missing = [k for k in want if k not in heavy]
-    if missing: raise ValueError(f"rewards {missing} are not available: known {sorted(reg | heavy)} "
+    missing = [k for k in names if k not in heavy]
+    if missing: raise ValueError(f"rewards {missing} are not available: known {sorted(simple_rewards() | heavy)} "
                                  "(reward_general needs rgen=hpsv3 or a reward_url service)")
-    return reg | heavy
+    return heavy
 
+def build_rewards(weights:dict, rc:RunConfig, policy=None, # policy: for rgen='mini'
+                  work_dir:str|Path|None=None) -> dict: # where the judge's chunks go (worldreward_*)
+    ("The registry for the weighted names: simple rewards, a reward service or the in-process 3D reward; "
+     "`win_rate_<name>`: Pref-GRPO win rates of any of them within each prompt's group; `worldreward_action` / "
+     "`_visual`: WorldReward's judge (`judge_url`) on every pair of a group.")
+    reg = simple_rewards()
+    base = [k.removeprefix('win_rate_') for k in weights if not k.startswith('worldreward_')]
+    want = list(dict.fromkeys(k for k in base if k not in reg))
+    if want: reg |= _base_rewards(want, rc, policy)
+    for k in weights:
+        if k.startswith('win_rate_') and k not in reg:
+            b = k.removeprefix('win_rate_')
+            reg |= pairwise_rewards(preference_from_reward(reg[b], axis=b), (b,), 'win_rate')
+    if any(k.startswith('worldreward_') for k in weights):
+        if not rc.judge_url: raise ValueError("worldreward_action / worldreward_visual need WorldReward served as an "
+                                              "OpenAI-compatible endpoint (vLLM): set judge_url")
+        from worldlab.judge import OpenAIBackend   # lazy: the judge's client
+        work = Path(work_dir) if work_dir else Path(tempfile.mkdtemp(prefix='worldlab-judge-'))
+        judge = judge_comparator(OpenAIBackend(rc.judge_url), work)
+        reg |= pairwise_rewards(judge, ('action', 'visual'), 'worldreward')
+    return reg
 
 # %% ../nbs/13_train.ipynb #a52a6970
 def load_policy(rc:RunConfig):
@@ -112,17 +132,23 @@ def _configs(params) -> tuple[TrainConfig, RunConfig]:
     "A run's two configs from themselves, or from a flat dict of fields (checked by `config.split`)."
     return tuple(params) if isinstance(params, tuple) else split(params)
 
+TRAINERS = {'grpo': Trainer, 'nft': NFTTrainer}   # TrainConfig.algorithm -> its trainer
+
 def make_trainer(params:dict|tuple, # (TrainConfig, RunConfig), or a flat dict of their fields
                  run_dir:str|Path) -> Trainer:
-    "The trainer of a run (policy, prompts, rewards), not yet trained; `trainer.run_config` holds the RunConfig."
+    ("The trainer of a run (policy, prompts, rewards; GRPO or NFT by `algorithm`), not yet trained; "
+     "`trainer.run_config` holds the RunConfig.")
     tc, rc = _configs(params)
+    if tc.algorithm not in TRAINERS:
+        raise ValueError(f"algorithm must be one of {sorted(TRAINERS)}, got {tc.algorithm!r}")
     run_dir = Path(run_dir); run_dir.mkdir(parents=True, exist_ok=True)
     seed_everything(tc.seed)
     memory_check(tc, rc)                             # before any weight is loaded
     policy = load_policy(rc)
     main_p, dyn_p = load_prompt_sets(rc.prompts, tc.seed)
     if rc.dynamic_subset: dyn_p = dyn_p[:rc.dynamic_subset]
-    trainer = Trainer(policy, tc, build_rewards(tc.reward_weights, rc, policy), main_p, dyn_p, run_dir=run_dir)
+    rewards = build_rewards(tc.reward_weights, rc, policy, run_dir/'judge')
+    trainer = TRAINERS[tc.algorithm](policy, tc, rewards, main_p, dyn_p, run_dir=run_dir)
     trainer.run_config = rc
     if rc.init_adapter: warm_start(trainer, run_ref(rc.init_adapter))   # a resume's checkpoint replaces it
     return trainer
@@ -201,10 +227,10 @@ def warm_start(trainer:Trainer, path, # an adapter in any format `adapters.read_
 def plot_training(hist:pd.DataFrame):
     "Plotly curves of the reward, its components, advantages, KL, clip fraction and zero-std ratio."
     import plotly.express as px
-    main = ('reward_mean', 'adv_abs_mean', 'kl', 'clip_frac', 'zero_std_ratio', 'policy_loss')
+    main = ('reward_mean', 'adv_abs_mean', 'kl', 'clip_frac', 'zero_std_ratio', 'policy_loss', 'r_mean', 'old_deviate')
     cols = [c for c in hist if c in main or c.startswith('reward/')]
     fig = px.line(hist.melt(id_vars=['step', 'phase'], value_vars=cols), x='step', y='value', facet_col='variable',
-                  facet_col_wrap=3, markers=True, hover_data=['phase'], title='GRPO training')
+                  facet_col_wrap=3, markers=True, hover_data=['phase'], title='RL training')
     return fig.update_yaxes(matches=None)
 
 
@@ -214,8 +240,8 @@ class _HelpFormat(argparse.ArgumentDefaultsHelpFormatter, argparse.RawDescriptio
 def main(argv=None):
     "`worldlab-train --preset P [-p key value ...] --run-dir D`: one training run, on as many processes as launched."
     ap = argparse.ArgumentParser(prog='worldlab-train',
-                                 description='Flow-GRPO training (launch with accelerate or torchrun for many '
-                                             'processes).',
+                                 description='RL training: Flow-GRPO, or DiffusionNFT with -p algorithm nft (launch '
+                                             'with accelerate or torchrun for many processes).',
                                  epilog=fields_help(), formatter_class=_HelpFormat)
     ap.add_argument('--preset', default='tiny', help='a settings.ini preset (tiny, wan2.1-1.3b, wan2.1-14b)')
     ap.add_argument('-p', '--param', nargs=2, action='append', default=[], metavar=('KEY', 'VALUE'),

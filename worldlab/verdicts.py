@@ -5,19 +5,22 @@ video-level verdicts, scoring against human labels, and win-rate rewards for RL.
 
 # %% ../nbs/10a_verdicts.ipynb #568d1505
 from __future__ import annotations
-import json, math, random, re
+import json, math, random, re, zlib
 from collections import Counter
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+
+import torch
 
 from .chunks import IMAGE_NAMES, IDLE_LABEL, pair_from_dict, render_pair
 from .core import save_json, to_uint8, write_video
 from .judge import JudgeRequest, JudgeReply
 
 # %% auto #0
-__all__ = ['ON_SCREEN', 'VISUAL_CRITERIA', 'SIDE', 'AXES', 'action_guide', 'chunk_prompt', 'ChunkVerdict', 'validate_payload',
-           'parse_verdict', 'majority', 'vote', 'swapped', 'judge_chunks', 'pair_verdicts', 'swap_pair',
-           'both_orders_verdicts', 'score_bench', 'win_rates', 'pair_schedule', 'win_rate_reward']
+__all__ = ['ON_SCREEN', 'VISUAL_CRITERIA', 'SIDE', 'AXES', 'WORLDREWARD_TOKENS', 'action_guide', 'chunk_prompt', 'ChunkVerdict',
+           'validate_payload', 'parse_verdict', 'majority', 'vote', 'swapped', 'judge_chunks', 'pair_verdicts',
+           'swap_pair', 'both_orders_verdicts', 'score_bench', 'win_rates', 'pair_schedule', 'group_members',
+           'pairwise_rewards', 'preference_from_reward', 'worldreward_actions', 'judge_comparator', 'win_rate_reward']
 
 # %% ../nbs/10a_verdicts.ipynb #f5bef450
 ON_SCREEN = {
@@ -329,49 +332,148 @@ def pair_schedule(G:int, seed:int=0) -> list[tuple[int, int]]:
     rnd = random.Random(seed)
     return [(i, j) if rnd.random() < 0.5 else (j, i) for i in range(G) for j in range(i + 1, G)]
 
+# %% ../nbs/10a_verdicts.ipynb #215f5ebd
+def group_members(prompts:list[str], metas:list[dict]) -> dict[str, list[int]]:
+    "Video indices per `meta['group']`; a group holding two prompts is an error (win rates never mix prompts)."
+    groups, first = {}, {}
+    for b, m in enumerate(metas):
+        if 'group' not in (m or {}):
+            raise ValueError(f"video {b}: meta has no 'group' (the prompt group to compare within)")
+        g = str(m['group']); groups.setdefault(g, []).append(b)
+        p = prompts[b] if prompts else ''
+        if first.setdefault(g, p) != p:
+            raise ValueError(f"group {g!r} holds two prompts ({first[g][:40]!r}, {p[:40]!r}): win rates compare "
+                             "videos of one prompt only")
+    return groups
+
+def _pair_seed(seed:int, group:str) -> int: return seed*1_000_003 + zlib.crc32(group.encode())   # stable across runs
+
+def pairwise_rewards(compare, # compare(videos [G,...], prompts, metas, pairs [(left, right)]) -> [{axis: P(left)}]
+                     axes:tuple=('preference',), # the axes the comparator judges: one reward each
+                     name:str='win_rate', # rewards are called f'{name}_{axis}'
+                     orders:str='swap', # swap: each pair once, random side (seeded) | both: each pair in both orders
+                     seed:int=0) -> dict:
+    "`{f'{name}_{axis}': reward}`: each video's mean win rate over the pairs of its group (one comparison per batch)."
+    if orders not in ('swap', 'both'): raise ValueError(f"orders must be 'swap' or 'both', got {orders!r}")
+    last = {}
+    def judge_batch(videos, prompts, metas):
+        key = (id(videos), videos.shape, float(videos.float().mean()), tuple(prompts),
+               tuple(str(m['group']) for m in metas))
+        if last.get('key') == key: return last['out']          # the other axes of the batch just judged
+        B, nan = len(videos), float('nan')
+        rate, info = {a: [nan]*B for a in axes}, dict(judged_pairs=[0]*B, reason=[None]*B)
+        for g, members in group_members(prompts, metas).items():
+            G = len(members)
+            pairs = (pair_schedule(G, _pair_seed(seed, g)) if orders == 'swap' else
+                     [(i, j) for i in range(G) for j in range(G) if i != j])
+            verdicts = compare(videos[members], [prompts[b] for b in members], [metas[b] for b in members], pairs)
+            odd = next((v for v in verdicts if not set(axes) <= set(v)), None)
+            if odd is not None or len(verdicts) != len(pairs):
+                raise ValueError(f"the comparator gave {len(verdicts)} verdicts for {len(pairs)} pairs, with axes "
+                                 f"{sorted(odd or verdicts[0])}; the rewards read axes {list(axes)}")
+            for a in axes:
+                outcomes = [(i, j, v[a]) for (i, j), v in zip(pairs, verdicts)]
+                judged = Counter(x for i, j, s in outcomes if s is not None for x in (i, j))
+                for k, w in enumerate(win_rates(G, outcomes)):
+                    rate[a][members[k]] = w if judged[k] else nan
+                    info['judged_pairs'][members[k]] = max(info['judged_pairs'][members[k]], judged[k])
+            for k in range(G):
+                if not info['judged_pairs'][members[k]]:
+                    info['reason'][members[k]] = f"none of its {G - 1} pairs in group {g!r} could be judged"
+        last.update(key=key, out=(rate, info))
+        return rate, info
+    def reward(axis):
+        def fn(videos, prompts, metas):
+            rate, info = judge_batch(videos, prompts, metas)
+            return torch.tensor(rate[axis], dtype=torch.float64), dict(info)
+        return fn
+    return {f'{name}_{a}': reward(a) for a in axes}
+
+# %% ../nbs/10a_verdicts.ipynb #b4087688
+def preference_from_reward(reward_fn, # a reward in worldlab's contract
+                           margin:float=0.0, # |Δ| at or below it is a tie
+                           temperature:float=0.0, # > 0: soft scores sigmoid(Δ/temperature)
+                           axis:str='preference'):
+    "A comparator: P(left is better) from a pointwise reward's scores of one group (None where either is NaN)."
+    def compare(videos, prompts, metas, pairs):
+        s, _ = reward_fn(videos, prompts, metas)
+        s = torch.as_tensor(s, dtype=torch.float64)
+        def p(i, j):
+            d = float(s[i] - s[j])
+            if math.isnan(d): return None
+            if temperature > 0: return 1/(1 + math.exp(-d/temperature))
+            return 1.0 if d > margin else 0.0 if d < -margin else 0.5
+        return [{axis: p(i, j)} for i, j in pairs]
+    return compare
+
+# %% ../nbs/10a_verdicts.ipynb #3d6735a7
+WORLDREWARD_TOKENS = {'push_in': 'forward', 'pull_out': 'backward', 'move_left': 'left', 'move_right': 'right',
+                      'orbit_left': 'right+camera_left', 'orbit_right': 'left+camera_right',   # circling the subject
+                      'pan_left': 'camera_left', 'pan_right': 'camera_right', 'pull_left': 'backward_left+camera_left',
+                      'pull_right': 'backward_right+camera_right', 'fixed': 'idle'}
+
+def worldreward_actions(traj) -> list[str]:
+    "WorldReward action tokens, one per segment of a World-R1 trajectory (its camera primitives)."
+    missing = [s for s in traj.segments if s not in WORLDREWARD_TOKENS]
+    if missing: raise ValueError(f"no WorldReward token for camera primitives {missing}; "
+                                 f"known: {sorted(WORLDREWARD_TOKENS)}")
+    return [WORLDREWARD_TOKENS[s] for s in traj.segments]
+
+# %% ../nbs/10a_verdicts.ipynb #30a0f160
+def judge_comparator(judge, # a JudgeBackend (WorldReward through vLLM, or any OpenAI-compatible VLM)
+                     work_dir:str|Path, # where candidate videos and chunks are written
+                     frames_per_action:int|None=None, # default: the clip split evenly over its actions
+                     soft:bool=True, fps:int=16, retries:int=1):
+    "A comparator judging each pair of a group with WorldReward's chunks: `{'action': P(left), 'visual': P(left)}`."
+    import numpy as np
+    from PIL import Image
+    work = Path(work_dir)
+    def compare(videos, prompts, metas, pairs):
+        m0 = metas[0]; gdir = work/str(m0['group']); gdir.mkdir(parents=True, exist_ok=True)
+        actions = m0.get('actions') or (worldreward_actions(m0['traj']) if m0.get('traj') is not None else None)
+        if not actions: raise ValueError("the judge needs the commanded actions: meta['actions'] (WorldReward tokens) "
+                                         "or meta['traj'] (a World-R1 trajectory)")
+        paths = []
+        for k, v in enumerate(videos):
+            p = gdir/f'cand{k}.mp4'; write_video(p, to_uint8(v), fps); paths.append(p)
+        src = m0.get('input_image') or (gdir/'source.png')
+        if not m0.get('input_image'): Image.fromarray(to_uint8(videos[0][:1])[0]).save(src)
+        fpa = frames_per_action or max(1, videos.shape[1]//len(actions))
+        records = {}
+        for (i, j) in pairs:
+            d = dict(pair_id=f"{m0['group']}-{i}-{j}", input_image=str(src), input_caption=prompts[0], actions=actions,
+                     frames_per_action=fpa, left=dict(video=str(paths[i])), right=dict(video=str(paths[j])))
+            records[(i, j)] = render_pair(pair_from_dict(d, gdir), gdir/'chunks')
+        res = judge_chunks([r for rs in records.values() for r in rs], gdir/'chunks', judge, retries=retries,
+                           logprobs=5 if soft else None)
+        by = {}
+        for r in res: by.setdefault(r['pair_id'], []).append(r)
+        out = []
+        for (i, j) in pairs:
+            ok = [r for r in by.get(f"{m0['group']}-{i}-{j}", []) if r['ok']]
+            if not ok: out.append({'action': None, 'visual': None}); continue
+            verdict = vote([ChunkVerdict(**r['verdict']) for r in ok])
+            score = {}
+            for axis, key, sk in (('action', 'action', 'soft_action'), ('visual', 'appearance', 'soft_visual')):
+                softs = [r[sk] for r in ok if r[sk] is not None]
+                hard = {'left': 1.0, 'right': 0.0, 'tie': 0.5}.get(verdict[key])
+                score[axis] = float(np.mean(softs)) if soft and softs else hard
+            out.append(score)
+        return out
+    return compare
+
 # %% ../nbs/10a_verdicts.ipynb #d4e8a76f
 def win_rate_reward(judge, # a JudgeBackend
                     work_dir:str|Path, # where candidate videos and chunks are written
                     frames_per_action:int|None=None, # default: the clip split evenly over its actions
-                    soft:bool=True, seed:int=0, fps:int=16, retries:int=1):
-    "A reward in worldlab's contract: `fn(videos [B,F,3,H,W], prompts, metas) -> (scores [B], info)`."
-    import numpy as np, torch
-    from PIL import Image
-    work = Path(work_dir)
+                    soft:bool=True, seed:int=0, fps:int=16, retries:int=1,
+                    orders:str='swap'): # swap: each pair once, random side | both: both orders
+    ("WorldReward's action-following win rates as a reward in worldlab's contract (the visual ones in its info); "
+     "`pairwise_rewards` of `judge_comparator` gives both axes as rewards.")
+    compare = judge_comparator(judge, work_dir, frames_per_action, soft, fps, retries)
+    rw = pairwise_rewards(compare, ('action', 'visual'), 'worldreward', orders, seed)
     def fn(videos, prompts, metas):
-        B = len(videos)
-        groups = {}
-        for b, m in enumerate(metas): groups.setdefault(m['group'], []).append(b)
-        act, vis = [float('nan')]*B, [float('nan')]*B
-        info = dict(judged_pairs=[0]*B, failed_pairs=[0]*B)
-        for gid, members in groups.items():
-            gdir = work/str(gid); gdir.mkdir(parents=True, exist_ok=True)
-            m0 = metas[members[0]]
-            paths = []
-            for k, b in enumerate(members):
-                p = gdir/f'cand{k}.mp4'; write_video(p, to_uint8(videos[b]), fps); paths.append(p)
-            src = m0.get('input_image') or (gdir/'source.png')
-            if not m0.get('input_image'): Image.fromarray(to_uint8(videos[members[0]][:1])[0]).save(src)
-            F = videos[members[0]].shape[0]
-            fpa = frames_per_action or max(1, F//len(m0['actions']))
-            o_act, o_vis = [], []
-            for (i, j) in pair_schedule(len(members), seed + hash(str(gid)) % 1000):
-                d = dict(pair_id=f'{gid}-{i}-{j}', input_image=str(src), input_caption=prompts[members[0]],
-                         actions=m0['actions'],
-                         frames_per_action=fpa, left=dict(video=str(paths[i])), right=dict(video=str(paths[j])))
-                res = judge_chunks(render_pair(pair_from_dict(d, gdir), gdir/'chunks'), gdir/'chunks', judge,
-                                   retries=retries, logprobs=5 if soft else None)
-                ok = [r for r in res if r['ok']]
-                verdict = vote([ChunkVerdict(**r['verdict']) for r in ok])
-                for axis, sk, acc in (('action', 'soft_action', o_act), ('appearance', 'soft_visual', o_vis)):
-                    softs = [r[sk] for r in ok if r[sk] is not None]
-                    hard = {'left': 1.0, 'right': 0.0, 'tie': 0.5}.get(verdict[axis])
-                    s = float(np.mean(softs)) if soft and softs else hard
-                    acc.append((i, j, s))
-                for x in (i, j):
-                    info['judged_pairs'][members[x]] += bool(ok); info['failed_pairs'][members[x]] += not ok
-            for k, (a, v) in enumerate(zip(win_rates(len(members), o_act), win_rates(len(members), o_vis))):
-                act[members[k]], vis[members[k]] = a, v
-        info |= dict(win_rate_action=act, win_rate_visual=vis)
-        return torch.tensor(act), info
+        act, info = rw['worldreward_action'](videos, prompts, metas)
+        vis, _ = rw['worldreward_visual'](videos, prompts, metas)
+        return act, info | dict(win_rate_action=act.tolist(), win_rate_visual=vis.tolist())
     return fn
