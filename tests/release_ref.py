@@ -281,3 +281,71 @@ def wr_evaluate(bench, predictions, axes=('action', 'appearance', 'motion')):
             out[a][0] += c; out[a][1] += 1
             if truth != 'tie': out[a][2] += c; out[a][3] += 1
     return out
+
+
+# --- NVlabs/DiffusionNFT scripts/train_nft_sd3.py (return_decay; the loss after "Policy Gradient Loss") -------------------
+def nft_return_decay(step, decay_type=1):
+    "The old adapter's EMA decay after `step` gradient steps."
+    flat, uprate, uphold = {0: (0, 0.0, 0.0), 1: (0, 0.001, 0.5), 2: (75, 0.0075, 0.999)}[decay_type]
+    return 0.0 if step < flat else min((step - flat)*uprate, uphold)
+
+
+def nft_loss(forward_prediction, old_prediction, ref_prediction, xt, x0, t, advantages, beta, adv_clip_max, train_beta):
+    "The scalar loss of one micro-batch (numpy float64): the policy loss times adv_clip_max, plus train.beta x KL."
+    f, o, ref, xt, x0 = (np.asarray(a, np.float64) for a in (forward_prediction, old_prediction, ref_prediction, xt, x0))
+    B = len(x0); ax = tuple(range(1, x0.ndim)); te = np.asarray(t, np.float64).reshape(B, *[1]*(x0.ndim - 1))
+    a = np.clip(np.asarray(advantages, np.float64), -adv_clip_max, adv_clip_max)
+    r = np.clip((a/adv_clip_max)/2.0 + 0.5, 0, 1)
+    positive_prediction = beta*f + (1 - beta)*o
+    implicit_negative_prediction = (1.0 + beta)*o - beta*f
+    x0_prediction = xt - te*positive_prediction
+    weight_factor = np.clip(np.abs(x0_prediction - x0).mean(axis=ax, keepdims=True), 0.00001, None)
+    positive_loss = ((x0_prediction - x0)**2/weight_factor).mean(axis=ax)
+    negative_x0_prediction = xt - te*implicit_negative_prediction
+    negative_weight_factor = np.clip(np.abs(negative_x0_prediction - x0).mean(axis=ax, keepdims=True), 0.00001, None)
+    negative_loss = ((negative_x0_prediction - x0)**2/negative_weight_factor).mean(axis=ax)
+    ori_policy_loss = r*positive_loss/beta + (1.0 - r)*negative_loss/beta
+    policy_loss = (ori_policy_loss*adv_clip_max).mean()
+    kl_div_loss = ((f - ref)**2).mean(axis=ax)
+    return policy_loss + train_beta*kl_div_loss.mean()
+
+
+# --- CodeGoat24/WorldReward diffusion_nft/fastvideo/ (utils/training_utils.py EMA_FSDP_schedule; -----------------------
+# --- rewards/reward_dispatcher.py compute_advantages; rewards/computers/worldreward.py _pair_scores, _aggregate_win_rates)
+def wr_policy_decay(step, min_decay=0.4, max_decay=0.9, step_decay=0.01):
+    "update_policy_shadow's decay at training step `step` (1-based)."
+    return min(max_decay, min_decay + step_decay*step)
+
+
+def wr_compute_advantages(outputs, weights, prompt_of, std_type='global'):
+    """total_advantages [N]: each output's (reward - its prompt group's mean)/std, weighted sum / sum of weights,
+    then the z-score over everything (population stds + 1e-8). A gpu_group holds one prompt's rollouts."""
+    prompt_of = np.asarray(prompt_of)
+    weighted, sum_w = np.zeros(len(prompt_of)), 0.0
+    for o, rewards in outputs.items():
+        w = weights.get(o, 0.0)
+        if w <= 0.0: continue
+        rewards = np.asarray(rewards, np.float64)
+        adv = np.zeros_like(rewards)
+        for p in np.unique(prompt_of):
+            g = rewards[prompt_of == p]
+            group_std = g.std() + 1e-8
+            if std_type == 'global': group_std = rewards.std() + 1e-8
+            adv[prompt_of == p] = (g - g.mean())/group_std
+        weighted += w*adv; sum_w += w
+    raw = weighted/(sum_w if sum_w > 0 else 1.0)
+    return (raw - raw.mean())/(raw.std() + 1e-8)
+
+
+def wr_win_rates(n, pair_results):
+    "Per-candidate win rates from (idx_i, idx_j, s_i, s_j) rows; a candidate with no judged pair gets 0.5."
+    score, count = [0.0]*n, [0]*n
+    for i, j, si, sj in pair_results:
+        if si is not None and sj is not None:
+            score[i] += si; score[j] += sj; count[i] += 1; count[j] += 1
+    return [score[i]/count[i] if count[i] > 0 else 0.5 for i in range(n)]
+
+
+def wr_pair_scores(prob_a, disp_a_idx, idx_i, idx_j):
+    "(s_i, s_j) of a pair from P(the video shown as A wins)."
+    return (prob_a, 1.0 - prob_a) if disp_a_idx == idx_i else (1.0 - prob_a, prob_a)

@@ -325,3 +325,74 @@ def test_training_log_keeps_columns_across_phases(tmp_path):
     assert list(hist.phase) == ['main', 'dynamic']
     assert hist['reward/green'].notna().all() and np.isnan(hist['reward/red'].iloc[1])
     np.testing.assert_allclose(hist['reward_mean'].iloc[1], hist['reward/green'].iloc[1])   # the dynamic reward is green alone
+
+
+# --- DiffusionNFT and WorldReward's RL (worldlab.nft, verdicts.pairwise_rewards) ------------------------------------------
+def test_nft_loss_matches_the_releases():
+    "DiffusionNFT's loss (with its KL) and WorldReward's (beta 1, no scale, no KL) on random inputs, many betas."
+    from worldlab.nft import nft_loss, optimality_probability
+    g = torch.Generator().manual_seed(11)
+    for beta, c, kl in ((1.0, 5.0, 1e-4), (0.1, 5.0, 1e-4), (1.0, 2.0, 0.0), (0.5, 3.0, 0.01)):
+        v, v_old, v_ref, x0, eps = (torch.randn(4, 3, 2, 5, 6, generator=g, dtype=torch.float64) for _ in range(5))
+        t = torch.rand(4, generator=g, dtype=torch.float64)*0.98 + 0.01
+        adv = torch.randn(4, generator=g, dtype=torch.float64)*4
+        xt = (1 - t.view(-1, 1, 1, 1, 1))*x0 + t.view(-1, 1, 1, 1, 1)*eps
+        mine, _ = nft_loss(v, v_old, xt, x0, t, optimality_probability(adv, c), beta, c, v_ref, kl)
+        want = ref.nft_loss(v, v_old, v_ref, xt, x0, t, adv, beta, c, kl)
+        assert abs(float(mine.mean()) - want) < 1e-9*max(1, abs(want)), (beta, c, float(mine.mean()), want)
+
+
+def test_nft_old_decay_matches_the_releases():
+    from worldlab.config import TrainConfig
+    from worldlab.nft import old_decay
+    for s in (1, 2, 50, 499, 500, 501, 2000):
+        assert abs(old_decay(TrainConfig(), s) - ref.nft_return_decay(s, 1)) < 1e-12, s
+        wr = TrainConfig(nft_decay_start=0.4, nft_decay_max=0.9, nft_decay_rate=0.01)
+        assert abs(old_decay(wr, s) - ref.wr_policy_decay(s)) < 1e-12, s
+
+
+def test_fused_advantages_match_the_release_dispatcher():
+    "Two rewards, weights 2:1, three prompts of 4 videos, the batch's std (std_type global) and the group's."
+    from worldlab.nft import fused_advantages
+    rng = np.random.default_rng(5)
+    for std in ('global', 'group'):
+        outs = {'vlm_action': rng.random(12), 'vlm_vq': rng.random(12)}
+        groups = [k//4 for k in range(12)]
+        A = fused_advantages({k: torch.tensor(v) for k, v in outs.items()}, {'vlm_action': 2, 'vlm_vq': 1}, groups, std)
+        want = ref.wr_compute_advantages(outs, {'vlm_action': 2, 'vlm_vq': 1}, groups, std)
+        np.testing.assert_allclose(A['advantages'].numpy(), want, atol=1e-5)
+
+
+def test_win_rates_match_the_release_aggregation():
+    "Soft and hard verdicts from a comparator with a position bias, one random side per pair: the release's sums."
+    from worldlab.verdicts import pairwise_rewards, pair_schedule, _pair_seed
+    q = torch.tensor([0.3, 1.2, -0.4, 0.8, 0.0])                      # each video's hidden quality
+    for soft in (True, False):
+        def compare(videos, prompts, metas, pairs):
+            p = [float(torch.sigmoid(q[i] - q[j] + 0.4)) for i, j in pairs]      # 0.4: prefers the left video
+            return [{'action': x if soft else float(x > 0.5)} for x in p]
+        rw = pairwise_rewards(compare, ('action',), 'worldreward', 'swap', seed=9)['worldreward_action']
+        mine, _ = rw(torch.zeros(5, 2, 3, 4, 4), ['p']*5, [dict(group='g7')]*5)
+        rows = []
+        for left, right in pair_schedule(5, _pair_seed(9, 'g7')):     # the sides worldlab showed
+            i, j = min(left, right), max(left, right)
+            pa = float(torch.sigmoid(q[left] - q[right] + 0.4))
+            rows.append((i, j, *ref.wr_pair_scores(pa if soft else float(pa > 0.5), left, i, j)))
+        np.testing.assert_allclose(mine.numpy(), ref.wr_win_rates(5, rows), atol=1e-12)
+
+
+def test_nft_release_variants_train():
+    "WorldReward's choices on the tiny twin: fused advantages of two rewards, 2 of 4 videos trained, SDE rollouts."
+    from worldlab.config import TrainConfig
+    from worldlab.nft import NFTTrainer
+    from worldlab.policy import WanPolicy
+    from worldlab.reward_contract import channel_mean_reward
+    cfg = TrainConfig(algorithm='nft', height=32, width=32, num_frames=5, num_steps=4, group_size=4, prompts_per_batch=2,
+                      lora_rank=4, lora_alpha=8, reward_weights={'red': 2.0, 'green': 1.0}, nft_advantages='fused',
+                      nft_best_of=2, nft_rollout='sde', beta=0.0, nft_decay_start=0.4, nft_decay_max=0.9,
+                      nft_decay_rate=0.01, seed=3)
+    tr = NFTTrainer(WanPolicy.tiny(seed=0), cfg, {'red': channel_mean_reward(0), 'green': channel_mean_reward(1)},
+                    ['camera pan left a red house', 'camera push in a lake at dawn'])
+    m = tr.train_step()
+    assert (m['trained'], m['window_hi'], round(m['old_decay'], 6)) == (4, 4, 0.41), m
+    assert 'kl' not in m and m['grad_norm'] > 0, m

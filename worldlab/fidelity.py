@@ -136,6 +136,51 @@ DIVERGENCES += [
 ]
 
 
+# %% ../nbs/14_fidelity.ipynb #b08ffd8b
+_NFT = 'NVlabs/DiffusionNFT scripts/train_nft_sd3.py'
+_WR = 'CodeGoat24/WorldReward diffusion_nft/fastvideo/'
+DIVERGENCES += [
+    _row('NFT loss scale', 'DiffusionNFT: r·‖x̂0⁺ − x0‖² + (1 − r)·‖x̂0⁻ − x0‖², adaptively weighted',
+         'DiffusionNFT: × adv_clip_max/β; WorldReward: × 1 (β = 1)',
+         f'{_NFT} (ori_policy_loss, policy_loss); '
+         f'{_WR}training/nft/in_train_pipeline.py (_nft_forward_and_compute_loss)',
+         "DiffusionNFT's", '—', 'kept: a constant factor; under AdamW only max_grad_norm sees it',
+         'test_nft_loss_matches_the_releases'),
+    _row('NFT reference model', '—', 'DiffusionNFT: + 1e-4·mean‖v − v_ref‖² (adapter off); WorldReward: none',
+         f'{_NFT} (kl_div_loss); config/base.py train.beta', 'beta (1e-4 in tiny-nft, mini-steer-nft)', 'beta=0',
+         "kept: DiffusionNFT's", 'test_nft_release_variants_train'),
+    _row('NFT rollouts', 'clean samples from any sampler',
+         'DiffusionNFT: ODE (dpm2, deterministic) from the old adapter, guidance 1; WorldReward: SDE η 0.3 on '
+         'the unshifted σ, from the policy shadow', f'config/nft.py; {_WR}training/nft/rollout.py (flow_grpo_step)',
+         'the ODE (Euler) from the old adapter', "nft_rollout='sde' (Flow-GRPO's SDE at noise_level)",
+         "kept: DiffusionNFT's; the ODE keeps the noise's camera (data/mini_world_r1/README.md)",
+         'test_nft_release_variants_train'),
+    _row('NFT advantages', 'WorldReward eq. 8-9: normalised win rates fused into one optimality probability',
+         "DiffusionNFT: per-prompt z-score; WorldReward: each reward's group-centred score over the batch's std, "
+         'weighted mean, batch z-score',
+         f'{_NFT} (stat_tracker); {_WR}rewards/reward_dispatcher.py (compute_advantages)',
+         "per-prompt z-score (GRPO's group_advantages)", "nft_advantages='fused'", "kept: DiffusionNFT's",
+         'test_fused_advantages_match_the_release_dispatcher'),
+    _row('NFT trained videos', '—', 'WorldReward: the best 3 and worst 3 of 12 (bestofn 6)',
+         f'{_WR}training/nft/in_train_pipeline.py (_prepare_grpo_inputs); configs/train/train_grpo_16gpu.yaml',
+         'every video', 'nft_best_of=6', "kept: DiffusionNFT's", 'test_nft_release_variants_train'),
+    _row('NFT old policy', 'an old policy trailing the trained one',
+         'DiffusionNFT decay_type 1: EMA decay min(0.001·step, 0.5); WorldReward: min(0.4 + 0.01·step, 0.9)',
+         f'{_NFT} (return_decay); {_WR}utils/training_utils.py (EMA_FSDP_schedule.update_policy_shadow)',
+         "DiffusionNFT's", 'nft_decay_start=0.4, nft_decay_max=0.9, nft_decay_rate=0.01', "kept: DiffusionNFT's",
+         'test_nft_old_decay_matches_the_releases'),
+    _row('NFT zero-std groups', '—', 'advantage 0, so r = ½: still trained', f'{_NFT} (stat_tracker)',
+         'left out and counted', "zero_std='keep'", 'kept: as for GRPO', '—'),
+    _row('Win rate with no judged pair', '—', '0.5 (a pair whose reply is missing or times out is dropped)',
+         f'{_WR}rewards/computers/worldreward.py (_aggregate_win_rates)', 'NaN with a reason: the video is dropped',
+         '—', 'kept: a failure is never a score', '—'),
+    _row('Win-rate side order', 'WorldReward: random swap against position bias',
+         'one unseeded random side per pair', f'{_WR}rewards/computers/worldreward.py (compute_pairwise_rewards)',
+         "one seeded random side per pair (stable per group)", "orders='both': every pair in both orders",
+         'kept: reproducible; both orders cancel a position bias exactly',
+         'test_win_rates_match_the_release_aggregation'),
+]
+
 # %% ../nbs/14_fidelity.ipynb #7ac48203
 def divergence_table(effects:dict|None=None) -> pd.DataFrame: # {item: measured effect, as text}
     "The divergences as a table, with the measured effect of each where one was measured."
