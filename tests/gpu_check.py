@@ -2,7 +2,8 @@
 the `mini` preset trains on CUDA with i.i.d. and camera SDE draws, a CUDA rollout matches the CPU's from the same
 draws, `worldlab run generate`'s code makes the same mini-Wan videos (shipped adapter on) on CUDA as on the CPU,
 the camera noise at Wan2.1's full latent size is timed on both devices, and the `wan2.1-1.3b` preset's GRPO step runs
-on the real-size 1.3B (random weights) at two sizes, its peak memory compared with `worldlab.memory`'s plan.
+on the real-size 1.3B (random weights) at two sizes, its peak memory compared with `worldlab.memory`'s plan; the
+`mini-steer-nft` preset's DiffusionNFT steps run on CUDA.
 `python tests/gpu_check.py --device cpu --preset mini-smoke` runs the same code on a CPU in about a minute."""
 import argparse, json, math, os, sys, tempfile, time
 from pathlib import Path
@@ -18,6 +19,21 @@ def train_steps(preset:str, device:str, steps:int, sde:str) -> dict:
         t0 = time.time()
         h = train(resolve(preset, dict(device=device, steps=steps, sde_noise=sde)), d, progress=False)
         cols = ['reward_mean', 'policy_loss', 'kl', 'grad_norm']
+        return dict(ok=bool(len(h) == steps and h[cols].notna().all().all()), seconds=round(time.time() - t0, 1),
+                    steps=len(h), reward_mean=[round(float(x), 4) for x in h.reward_mean],
+                    t_sample=round(float(h.t_sample.mean()), 2), t_reward=round(float(h.t_reward.mean()), 2),
+                    t_update=round(float(h.t_update.mean()), 2))
+
+
+def nft_steps(device:str, steps:int, smoke:bool=False) -> dict:
+    "DiffusionNFT steps of `mini-steer-nft` on `device`: finite reward, NFT loss parts and gradient norm every step."
+    from worldlab.config import resolve
+    from worldlab.train import train
+    small = dict(num_steps=4, group_size=2, prompts_per_batch=1) if smoke else {}
+    with tempfile.TemporaryDirectory() as d:
+        t0 = time.time()
+        h = train(resolve('mini-steer-nft', dict(device=device, steps=steps) | small), d, progress=False)
+        cols = ['reward_mean', 'policy_loss', 'pos_loss', 'neg_loss', 'grad_norm']
         return dict(ok=bool(len(h) == steps and h[cols].notna().all().all()), seconds=round(time.time() - t0, 1),
                     steps=len(h), reward_mean=[round(float(x), 4) for x in h.reward_mean],
                     t_sample=round(float(h.t_sample.mean()), 2), t_reward=round(float(h.t_reward.mean()), 2),
@@ -120,6 +136,7 @@ def main(argv=None):
         rel = float((here - cpu).norm()/cpu.norm())
         # float32 on both, but CUDA's kernels (TF32 convolutions included) round differently over the steps
         return dict(ok=rel < 2e-2, relative_l2=rel, max_abs=float((here - cpu).abs().max()), bound=2e-2)
+    check('train_nft', lambda: nft_steps(a.device, a.steps, smoke=a.preset.endswith('smoke')))
     check('rollout_parity', parity)
     def generate_parity():
         here = generate_videos(a.preset, a.device, a.out)

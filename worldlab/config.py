@@ -94,6 +94,8 @@ class RunConfig:
     r3d_parts:dict = field(default_factory=dict)  # R_3D's parts and weights ({}: World-R1's s_meta + s_recon + s_traj)
     transformer:str = ''             # model=mini: a transformer folder used in it (data/mini_wan_layout/transformer)
     judge_url:str = ''               # in-process S_meta: an OpenAI-compatible VLM endpoint ('' : S_meta cannot score)
+    pair_orders:str = 'swap'         # win_rate_* / worldreward_* rewards: swap (each pair once, a random side: the
+                                     # release) | both (every pair in both orders: a judge's position bias cancels)
     reward_form:str = 'worldlab'     # in-process 3D reward and R_gen: worldlab, or release (the released reward's math)
     gpu_gib:float = 0.0              # one GPU's memory for the memory plan (0: the card's own on CUDA; no check on CPU)
     reward_gib:float = 0.0           # GPU memory of reward models sharing each training GPU (memory plan)

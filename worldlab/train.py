@@ -101,14 +101,14 @@ def build_rewards(weights:dict, rc:RunConfig, policy=None, # policy: for rgen='m
     for k in weights:
         if k.startswith('win_rate_') and k not in reg:
             b = k.removeprefix('win_rate_')
-            reg |= pairwise_rewards(preference_from_reward(reg[b], axis=b), (b,), 'win_rate')
+            reg |= pairwise_rewards(preference_from_reward(reg[b], axis=b), (b,), 'win_rate', rc.pair_orders)
     if any(k.startswith('worldreward_') for k in weights):
         if not rc.judge_url: raise ValueError("worldreward_action / worldreward_visual need WorldReward served as an "
                                               "OpenAI-compatible endpoint (vLLM): set judge_url")
         from worldlab.judge import OpenAIBackend   # lazy: the judge's client
         work = Path(work_dir) if work_dir else Path(tempfile.mkdtemp(prefix='worldlab-judge-'))
         judge = judge_comparator(OpenAIBackend(rc.judge_url), work)
-        reg |= pairwise_rewards(judge, ('action', 'visual'), 'worldreward')
+        reg |= pairwise_rewards(judge, ('action', 'visual'), 'worldreward', rc.pair_orders)
     return reg
 
 # %% ../nbs/13_train.ipynb #a52a6970
