@@ -87,3 +87,15 @@ def test_worldlab_train_runs_nft_from_the_cli(tmp_path):
     assert (tmp_path/'adapter_ema').is_dir()
     bad = subprocess.run(cmd + ['-p', 'guidance_scale', '3'], cwd=ROOT, env=ENV, capture_output=True, text=True, timeout=900)
     assert bad.returncode == 2 and 'without classifier-free guidance' in bad.stderr, bad.stderr[-2000:]
+
+
+def test_warm_start_starts_the_old_policy_from_the_adapter(tmp_path):
+    "An NFT run started from an adapter samples from it: the old policy holds the adapter's weights, not the initial ones."
+    from worldlab.adapters import export_checkpoint
+    from worldlab.train import warm_start
+    trainer(run_dir=tmp_path).fit(1, progress=False)
+    export_checkpoint(tmp_path/'checkpoint.pt', tmp_path)
+    fresh, warm = trainer(), warm_start(trainer(), tmp_path)
+    moved = max(float((p - q).abs().max()) for p, q in zip(warm.params, fresh.params))
+    assert moved > 0, moved                                              # the adapter differs from the initial weights
+    for o, p in zip(warm.old, warm.params): torch.testing.assert_close(o, p)

@@ -208,7 +208,7 @@ def write_sample(trainer:Trainer, prompt:str, path:Path):
 # %% ../nbs/13_train.ipynb #b81f42e6
 def warm_start(trainer:Trainer, path, # an adapter in any format `adapters.read_adapter` reads, or a run folder
                ema:bool=False): # a checkpoint's or a run's EMA copy
-    "Start the trainer's LoRA from an adapter's weights (rescaled to its alpha); the EMA restarts from them."
+    "Start the trainer's LoRA from an adapter's weights (rescaled to its alpha); the EMA (and NFT's old policy) too."
     from torch.distributed.checkpoint.state_dict import StateDictOptions, set_model_state_dict
     a, tc = read_adapter(path, ema), trainer.cfg
     if a.rank != tc.lora_rank:
@@ -221,6 +221,7 @@ def warm_start(trainer:Trainer, path, # an adapter in any format `adapters.read_
                                f"{tc.lora_targets}): set lora_targets to cover {a.targets}")
     set_model_state_dict(trainer.policy.transformer, full, options=StateDictOptions(full_state_dict=True, strict=False))
     if trainer.ema is not None: trainer.ema = [p.detach().clone() for p in trainer.params]
+    if isinstance(trainer, NFTTrainer): trainer.old = [p.detach().clone() for p in trainer.params]   # samples from it
     return trainer
 
 # %% ../nbs/13_train.ipynb #69f96adf
