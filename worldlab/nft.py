@@ -158,8 +158,7 @@ def advantages(self:NFTTrainer, rewards:torch.Tensor, mine:list[int], info:dict|
         A = fused_advantages(allc, w, [g for p in parts for g in p[1]], zero_std=c.zero_std)
         lo = sum(len(p[1]) for p in parts[:self.acc.process_index])
         A |= dict(advantages=A['advantages'][lo:lo + len(groups)], mask=A['mask'][lo:lo + len(groups)])
-        if self.acc.num_processes > 1: A |= dict(nan_rewards=int(torch.isnan(rewards).sum()), zero_std_groups=0,
-                                                 groups=len(mine))   # metrics sums these over processes
+        if self.acc.process_index: A |= dict(nan_rewards=0, zero_std_groups=0, groups=0)   # counted once: metrics sums
     if c.nft_best_of: A['mask'] = best_of_mask(A['advantages'], A['mask'], groups, c.nft_best_of)
     A['r'] = optimality_probability(A['advantages'], c.adv_clip_max)
     return A | dict(gidx=list(mine))             # the groups' batch indices: the update's draws follow them
