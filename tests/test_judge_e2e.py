@@ -70,3 +70,60 @@ def test_judge_pairs_over_http_then_resume(tmp_path):
         assert m['chunks_accepted'] == 0 and m['chunks_failed'] == 2, m
     finally:
         server.shutdown(); Judge.garbage = False
+
+
+class Varied(Judge):
+    "A judge whose verdicts vary by chunk (from a checksum of its images) and by side order; deterministic."
+    def do_POST(self):
+        import zlib
+        body = json.loads(self.rfile.read(int(self.headers['Content-Length'])))
+        urls = [c['image_url']['url'] for c in body['messages'][0]['content'] if c['type'] == 'image_url']
+        h = zlib.crc32(''.join(urls).encode())
+        v = verdict('A' if h % 2 else 'B')
+        for i, a in enumerate(v['action_control']['actions']): a['winner'] = 'ABT'[(h >> (2*i)) % 3].replace('T', 'Tie')
+        v['visual_quality']['temporal_consistency']['winner'] = 'Tie' if h % 5 == 0 else 'A'
+        type(self).calls += 1
+        data = json.dumps({'choices': [{'message': {'content': json.dumps(v)}}]}).encode()
+        self.send_response(200); self.send_header('Content-Type', 'application/json')
+        self.send_header('Content-Length', str(len(data))); self.end_headers(); self.wfile.write(data)
+
+
+def test_sharded_judge_pairs_merge_to_the_unsharded_result(tmp_path):
+    "Seven pairs judged in one run, and in three shards merged: the same predictions and scores, each chunk judged once."
+    server = ThreadingHTTPServer(('127.0.0.1', 0), Varied)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        base = [str(WORLDLAB), 'run', 'judge_pairs', '-p', 'backend', 'openai', '-p', 'base_url',
+                f'http://127.0.0.1:{server.server_address[1]}/v1', '-p', 'max_tokens', '4096', '--out', str(tmp_path), '--quiet']
+        run = lambda rid, *extra: subprocess.run(base + ['--run-id', rid, *extra], cwd=ROOT, capture_output=True, text=True, timeout=900)
+        r = run('demo'); assert r.returncode == 0, r.stderr                 # makes the demo's videos
+        demo = tmp_path/'judge_pairs'/'demo'/'demo'
+        two = [json.loads(l) for l in (demo/'pairs.jsonl').read_text().splitlines()]
+        lines = []
+        for k in range(7):                                                 # both demo pairs, in both side orders
+            p = dict(two[k % 2], pair_id=f'p{k}')
+            if k % 3 == 1: p['left'], p['right'] = p['right'], p['left']
+            for key in ('input_image',): p[key] = str(demo/p[key])
+            for side in ('left', 'right'): p[side] = dict(p[side], video=str(demo/p[side]['video']))
+            lines.append(p)
+        pairs = tmp_path/'bench.jsonl'; pairs.write_text(''.join(json.dumps(l) + '\n' for l in lines))
+        Varied.calls = 0
+        r = run('full', '-p', 'pairs', str(pairs)); assert r.returncode == 0, r.stderr
+        full_calls, Varied.calls = Varied.calls, 0
+        for k in range(3):
+            r = run(f's{k}', '-p', 'pairs', str(pairs), '-p', 'shard', str(k), '-p', 'num_shards', '3')
+            assert r.returncode == 0, r.stderr
+        assert Varied.calls == full_calls == 7, (Varied.calls, full_calls)   # every chunk judged once, in one shard
+        shards = ','.join(str(tmp_path/'judge_pairs'/f's{k}') for k in range(3))
+        r = run('merged', '-p', 'pairs', str(pairs), '-p', 'merge', shards); assert r.returncode == 0, r.stderr
+        assert Varied.calls == 7                                            # merging asks the judge nothing
+        read = lambda rid: {p['pair_id']: p for p in map(json.loads, (tmp_path/'judge_pairs'/rid/'predictions.jsonl').read_text().splitlines())}
+        full, merged = read('full'), read('merged')
+        assert full == merged and len(full) == 7, (full, merged)
+        assert len({(p['action'], p['appearance']) for p in full.values()}) > 1, full    # the verdicts do vary
+        score = lambda rid: json.loads((tmp_path/'judge_pairs'/rid/'score.json').read_text())
+        assert score('full') == score('merged')
+        r = run('partial', '-p', 'pairs', str(pairs), '-p', 'merge', shards.rsplit(',', 1)[0])
+        assert r.returncode == 1 and 'pairs in none of them' in r.stderr, r.stderr[-2000:]
+    finally:
+        server.shutdown()

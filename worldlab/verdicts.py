@@ -19,8 +19,9 @@ from .judge import JudgeRequest, JudgeReply
 # %% auto #0
 __all__ = ['ON_SCREEN', 'VISUAL_CRITERIA', 'SIDE', 'AXES', 'WORLDREWARD_TOKENS', 'action_guide', 'chunk_prompt', 'ChunkVerdict',
            'validate_payload', 'parse_verdict', 'majority', 'vote', 'swapped', 'judge_chunks', 'pair_verdicts',
-           'swap_pair', 'both_orders_verdicts', 'score_bench', 'win_rates', 'pair_schedule', 'group_members',
-           'pairwise_rewards', 'preference_from_reward', 'worldreward_actions', 'judge_comparator', 'win_rate_reward']
+           'swap_pair', 'both_orders_verdicts', 'score_bench', 'shard_pairs', 'merge_shards', 'win_rates',
+           'pair_schedule', 'group_members', 'pairwise_rewards', 'preference_from_reward', 'worldreward_actions',
+           'judge_comparator', 'win_rate_reward']
 
 # %% ../nbs/10a_verdicts.ipynb #f5bef450
 ON_SCREEN = {
@@ -317,6 +318,35 @@ def score_bench(labels:dict[str, dict], # pair_id -> {'label': {axis: left/right
             add(f'{key}={val}', [i for i in scored if labels[i].get(key) == val])
     table = pd.DataFrame(rows).set_index('slice')
     return table, table.reset_index().to_dict('records')
+
+# %% ../nbs/10a_verdicts.ipynb #0c4ac1a1
+def shard_pairs(pairs:list, shard:int, num_shards:int) -> list:
+    "Shard `shard` of `num_shards`: every `num_shards`-th pair from the `shard`-th."
+    if num_shards < 1 or not 0 <= shard < num_shards:
+        raise ValueError(f"shard must be in 0..num_shards-1 and num_shards at least 1; got shard={shard}, "
+                         f"num_shards={num_shards}")
+    return list(pairs)[shard::num_shards]
+
+def merge_shards(pair_ids:list[str], # every pair of the bench (with '~swapped' twins when judged in both orders)
+                 shard_dirs:list, # the shards' chunk folders (a judge_pairs run's `chunks/`)
+                ) -> list[dict]:
+    "The shards' chunk verdicts, pair by pair in `pair_ids` order (a chunk without `verdict.json`: not judged)."
+    roots = [Path(d) for d in shard_dirs]
+    results, missing, twice = [], [], []
+    for pid in pair_ids:
+        where = [r for r in roots if (r/pid).is_dir()]
+        if not where: missing.append(pid); continue
+        if len(where) > 1: twice.append(f"{pid} ({', '.join(map(str, where))})"); continue
+        for d in sorted(p for p in (where[0]/pid).glob('chunk_*') if p.is_dir()):
+            f = d/'verdict.json'
+            results.append(json.loads(f.read_text()) if f.exists() else
+                           dict(pair_id=pid, chunk_id=int(d.name.split('_')[1]), ok=False, verdict=None,
+                                error=f"not judged in its shard ({where[0]})", attempts=0))
+    if missing or twice:
+        what = ([f"{len(missing)} pairs in none of them ({', '.join(missing[:8])})"] if missing else []) + \
+               ([f"{len(twice)} in two ({'; '.join(twice[:4])})"] if twice else [])
+        raise ValueError(f"shards {[str(r) for r in roots]}: {'; '.join(what)}")
+    return results
 
 # %% ../nbs/10a_verdicts.ipynb #553faf95
 def win_rates(G:int, outcomes:list[tuple[int, int, float|None]]) -> list[float]:
