@@ -19,9 +19,9 @@ from .judge import JudgeRequest, JudgeReply
 # %% auto #0
 __all__ = ['ON_SCREEN', 'VISUAL_CRITERIA', 'SIDE', 'AXES', 'WORLDREWARD_TOKENS', 'action_guide', 'chunk_prompt', 'ChunkVerdict',
            'validate_payload', 'parse_verdict', 'majority', 'vote', 'swapped', 'judge_chunks', 'pair_verdicts',
-           'swap_pair', 'both_orders_verdicts', 'score_bench', 'shard_pairs', 'merge_shards', 'win_rates',
-           'pair_schedule', 'group_members', 'pairwise_rewards', 'preference_from_reward', 'worldreward_actions',
-           'judge_comparator', 'win_rate_reward']
+           'swap_pair', 'both_orders_verdicts', 'score_bench', 'shard_pairs', 'merge_shards', 'pair_predictions',
+           'choose_margin', 'calibration_split', 'win_rates', 'pair_schedule', 'group_members', 'pairwise_rewards',
+           'preference_from_reward', 'worldreward_actions', 'judge_comparator', 'win_rate_reward']
 
 # %% ../nbs/10a_verdicts.ipynb #f5bef450
 ON_SCREEN = {
@@ -347,6 +347,32 @@ def merge_shards(pair_ids:list[str], # every pair of the bench (with '~swapped' 
                ([f"{len(twice)} in two ({'; '.join(twice[:4])})"] if twice else [])
         raise ValueError(f"shards {[str(r) for r in roots]}: {'; '.join(what)}")
     return results
+
+# %% ../nbs/10a_verdicts.ipynb #deea43c9
+def pair_predictions(scores:dict, # pair_id -> (left score, right score) of one pointwise reward
+                     margin:float=0.0) -> dict:
+    "'left' / 'right' / 'tie' per pair: the higher score wins by more than `margin`, else a tie; None for a NaN."
+    out = {}
+    for pid, (a, b) in scores.items():
+        d = float(a) - float(b)
+        out[pid] = None if math.isnan(d) else 'left' if d > margin else 'right' if d < -margin else 'tie'
+    return out
+
+def choose_margin(scores:dict, # pair_id -> (left, right) on the calibration pairs
+                  labels:dict, # pair_id -> 'left' / 'right' / 'tie' (None: not labelled)
+                 ) -> float:
+    "The tie margin with the best three-way agreement on the labelled calibration pairs (the smallest among equals)."
+    ids = [p for p in scores if labels.get(p) in ('left', 'right', 'tie')]
+    if not ids: raise ValueError("no labelled calibration pair to choose a tie margin on")
+    diffs = sorted({abs(float(scores[p][0]) - float(scores[p][1])) for p in ids} - {math.nan})
+    cands = [0.0] + diffs                               # each seen |difference|: ties up to and including it
+    hits = lambda m: sum(pair_predictions({p: scores[p] for p in ids}, m)[p] == labels[p] for p in ids)
+    return max(cands, key=lambda m: (hits(m), -m))
+
+def calibration_split(pair_ids:list[str], fraction:float=0.2, seed:int=0) -> tuple[list[str], list[str]]:
+    "(calibration, test) pair ids: `fraction` of the pairs by a checksum of the id (stable under reordering)."
+    key = lambda p: zlib.crc32(f'{seed}:{p}'.encode())/2**32
+    return [p for p in pair_ids if key(p) < fraction], [p for p in pair_ids if key(p) >= fraction]
 
 # %% ../nbs/10a_verdicts.ipynb #553faf95
 def win_rates(G:int, outcomes:list[tuple[int, int, float|None]]) -> list[float]:
