@@ -83,6 +83,7 @@ class RunConfig:
     dtype:str = 'fp32'
     prompts:str = 'final'            # World-R1 prompt set (final, enhanced), mini (corpus captions), or a .txt file
     dynamic_subset:int = 0           # prompts kept in the dynamic subset (0: all of the set's dynamic prompts)
+    main_subset:int = 0              # main prompts kept after the seeded shuffle (0: all); the paper's Table E: 1K-3K
     steps:int = 3                    # GRPO steps in total (a resumed run continues up to it)
     checkpoint_every:int = 1
     sample_every:int = 0             # write a sample video every n steps (0: never)

@@ -147,6 +147,9 @@ def make_trainer(params:dict|tuple, # (TrainConfig, RunConfig), or a flat dict o
     policy = load_policy(rc)
     main_p, dyn_p = load_prompt_sets(rc.prompts, tc.seed)
     if rc.dynamic_subset: dyn_p = dyn_p[:rc.dynamic_subset]
+    if rc.main_subset > len(main_p):
+        raise ValueError(f"main_subset={rc.main_subset}, but prompts={rc.prompts!r} has {len(main_p)} main prompts")
+    if rc.main_subset: main_p = main_p[:rc.main_subset]                # nested: a smaller subset is a prefix
     rewards = build_rewards(tc.reward_weights, rc, policy, run_dir/'judge')
     trainer = TRAINERS[tc.algorithm](policy, tc, rewards, main_p, dyn_p, run_dir=run_dir)
     trainer.run_config = rc
