@@ -394,5 +394,5 @@ def test_nft_release_variants_train():
     tr = NFTTrainer(WanPolicy.tiny(seed=0), cfg, {'red': channel_mean_reward(0), 'green': channel_mean_reward(1)},
                     ['camera pan left a red house', 'camera push in a lake at dawn'])
     m = tr.train_step()
-    assert (m['trained'], m['window_hi'], round(m['old_decay'], 6)) == (4, 4, 0.41), m
+    assert (m['trained_share'], m['window_hi'], round(m['old_decay'], 6)) == (0.5, 4, 0.41), m
     assert 'kl' not in m and m['grad_norm'] > 0, m

@@ -222,7 +222,7 @@ def update(self:NFTTrainer, rolls:list, embs:list, A:dict, win:tuple[int, int]) 
     keys = ('pos_loss', 'neg_loss', 'old_deviate', 'policy_loss', 'r_mean') + (('kl',) if c.beta > 0 else ())
     W = sum(st['weight'] for st in stats)
     row = {k: sum(st[k]*st['weight'] for st in stats)/W if W else float('nan') for k in keys}
-    return [row | dict(old_decay=decay, trained=n)], gnorm
+    return [row | dict(old_decay=decay, trained_share=n/max(1, len(A['mask'])))], gnorm   # videos trained / sampled
 
 # %% ../nbs/12c_nft.ipynb #47c6d2ca
 @patch
