@@ -413,6 +413,7 @@ def pairwise_rewards(compare, # compare(videos [G,...], prompts, metas, pairs [(
     if orders not in ('swap', 'both'): raise ValueError(f"orders must be 'swap' or 'both', got {orders!r}")
     last = {}
     def judge_batch(videos, prompts, metas):
+        prompts = list(prompts) if prompts else ['']*len(videos)
         key = (id(videos), videos.shape, float(videos.float().mean()), tuple(prompts),
                tuple(str(m['group']) for m in metas))
         if last.get('key') == key: return last['out']          # the other axes of the batch just judged
