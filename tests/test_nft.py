@@ -50,7 +50,7 @@ def test_fused_advantages_on_two_processes_equal_one(tmp_path):
     "WorldReward's fused advantages use the whole batch's statistics: gathered from every process, the same update."
     one, two = (_dist(tmp_path/f'f{n}.pt', n, 'ddp:nft-fused') for n in (1, 2))
     # AdamW moves each weight by about lr = 1e-3 a step, whatever the gradient's size, so a wrong slice of the batch's
-    # advantages shows at 1e-3; float32 sums in another order moved near-zero LoRA-B gradients by up to 3.3e-6 (measured)
+    # advantages shows at 1e-3; float32 sums in another order moved the weights by up to 3.3e-6 (measured)
     for k in one['trainable']:
         torch.testing.assert_close(two['trainable'][k], one['trainable'][k], atol=2e-5, rtol=1e-5)
     for a, b in zip(one['metrics'], two['metrics']):
