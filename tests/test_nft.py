@@ -14,6 +14,7 @@ from worldlab.config import TrainConfig
 from worldlab.nft import NFTTrainer
 from worldlab.policy import WanPolicy
 from worldlab.reward_contract import channel_mean_reward
+from test_train import _dist                  # tests/dist_step.py on 1 or 2 processes
 
 CFG = TrainConfig(algorithm='nft', height=32, width=32, num_frames=5, num_steps=4, group_size=4, prompts_per_batch=2,
                   lora_rank=4, lora_alpha=8, learning_rate=1e-3, beta=1e-4, reward_weights={'red': 1.0}, seed=3)
@@ -23,13 +24,6 @@ PROMPTS = ['camera pan left a red house', 'camera push in a lake at dawn']
 def trainer(cfg=CFG, run_dir=None):
     rewards = {'red': channel_mean_reward(0), 'green': channel_mean_reward(1)}
     return NFTTrainer(WanPolicy.tiny(seed=0), cfg, rewards, PROMPTS, run_dir=run_dir)
-
-
-def _dist(out, nproc, mode):
-    cmd = ([str(BIN/'torchrun'), '--nproc_per_node', str(nproc)] if nproc > 1 else [sys.executable]) + ['tests/dist_step.py', str(out), mode]
-    r = subprocess.run(cmd, cwd=ROOT, env=ENV, capture_output=True, text=True, timeout=900)
-    assert r.returncode == 0, r.stderr[-3000:]
-    return torch.load(out, weights_only=False)
 
 
 def test_two_processes_take_the_same_nft_updates_as_one(tmp_path):
