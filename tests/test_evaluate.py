@@ -165,3 +165,20 @@ def test_cli_two_folders_paired_and_judged(tmp_path):
     assert paired.loc['PSNR', 'pairs'] == 1 and (d/'report.html').exists() and (d/'strips'/'PSNR.png').exists()
     win = pd.read_csv(d/'win_rate.csv').set_index('axis')
     assert _LeftJudge.calls == 2 and (win.b_mean == 0.5).all(), win                # one chunk, judged in both orders
+
+
+def test_cli_report_has_mvcs_and_vbench_with_provenance(tmp_path):
+    "The default demo with VBench's tiny backbones: MVCS and the five dimensions in every table, each with its label."
+    from worldlab.vbench import VBENCH_DIMENSIONS
+    r = run_evaluate(tmp_path, 'vb', ('vbench', 'tiny'), ('demo_clips', 1))
+    assert r.returncode == 0, (r.stdout + r.stderr)[-3000:]
+    d = tmp_path/'evaluate'/'vb'
+    videos = pd.read_csv(d/'videos.csv')
+    for m in ('mvcs', *VBENCH_DIMENSIONS):
+        assert np.isfinite(videos[m]).all(), (m, videos[m].tolist())    # (random heads: any sign, any scale)
+    for dim in VBENCH_DIMENSIONS: assert 'plumbing only' in videos[f'{dim}_backend'].iloc[0]
+    assert "VideoGPA's MVCS" in videos['mvcs_backend'].iloc[0]
+    summary = pd.read_csv(d/'summary.csv')
+    assert {'mvcs', *VBENCH_DIMENSIONS} <= set(summary.metric)
+    page = (d/'report.html').read_text()
+    assert 'plumbing only, not VBench' in page and 'strips/mvcs.png' not in page and (d/'strips'/'mvcs.png').exists()

@@ -18,15 +18,17 @@ import torch.nn.functional as F
 from .camera import Trajectory, trajectory_from_dict, trajectory_from_prompt, trajectory_to_dict
 from .core import load_preset, read_video, to_float
 from .generate import SIDECAR_FORMAT, write_item
-from .metrics import MOTION_CLASS, camera_metrics, classify_camera, load_lpips, recon_metrics, trajectory_score
+from .metrics import (MOTION_CLASS, camera_metrics, classify_camera, load_lpips, mvcs, recon_metrics,
+                              trajectory_score)
 from .miniwan import IMAGE_STATS, image_stats, video_grid
 from .rewards import ReconCache, consistency_rerender, dynamics_degree
+from .vbench import VBENCH_DIMENSIONS, load_vbench, tiny_vbench, vbench_scores
 
 # %% auto #0
 __all__ = ['RGEN_SOURCES', 'METRICS', 'RECON_COLUMNS', 'PRIMITIVE_ACTIONS', 'CATCH', 'save_video', 'read_sidecar', 'read_mapping',
            'collect_videos', 'eval_plan', 'prepare_video', 'plan_camera', 'Backends', 'load_backends',
-           'commanded_class', 'score_video', 'read_results', 'evaluate_one', 'evaluate_items', 'mean_ci', 'summarise',
-           'paired_compare', 'metric_strip', 'write_report', 'judge_pairs', 'win_rate', 'judge_win_rate',
+           'commanded_class', 'score_video', 'video_mvcs', 'read_results', 'evaluate_one', 'evaluate_items', 'mean_ci',
+           'summarise', 'paired_compare', 'metric_strip', 'write_report', 'judge_pairs', 'win_rate', 'judge_win_rate',
            'held_out_clips', 'write_broken_copies', 'validation_table']
 
 # %% ../nbs/13b_evaluate.ipynb #86de774b
@@ -211,7 +213,9 @@ class Backends:
     cache: ReconCache        # reconstruction, once per (video, commanded camera)
     lpips_model: object      # from metrics.load_lpips (has .label)
     quality: object|None     # an R_gen reward fn(videos, prompts, metas), or None
-    labels: dict             # reconstruction / lpips / r_gen: which back-end produced each number
+    labels: dict             # reconstruction / lpips / r_gen / mvcs / each VBench dimension: what produced each number
+    vbench: object|None = None      # a vbench.VBenchModels (its dimensions on the whole decoded video), or None
+    mvcs_depth: object|None = None  # MVCS's depth: 'da3' (DA3's own) or a monocular depth prior fn(frame) -> depth
 
 # %% ../nbs/13b_evaluate.ipynb #1d6fc9c8
 def _quality(rgen:str, device:str):
@@ -227,22 +231,36 @@ def load_backends(recon:str='fit', # fit (CPU analysis by synthesis) | da3 (Dept
                   lpips:str='imagenet', # imagenet (the real metric) | random (plumbing only, labelled)
                   rgen:str='none', # none | critic (stand-in, labelled) | hpsv3 | hpsv2
                   recon_opts:dict|None=None, # options of recon.reconstruct (default fit: the mini preset's)
+                  vbench:str='none', # none | real (VBench's backbones) | tiny (random, plumbing only, labelled)
+                  vbench_weights:dict|None=None, # backbone -> hub name or local path (vbench.VBENCH_WEIGHTS' keys)
+                  mvcs:bool=False, # the Multi-View Consistency Score (da3: DA3's depth; fit: `depth_prior` per frame)
+                  depth_prior='procedural', # fit's MVCS depth: 'procedural' (the shipped prior), a file or a fn
                   device:str='cpu') -> Backends:
-    "The reconstruction, LPIPS and R_gen models, checked and labelled (a missing weight is an error, not a fallback)."
+    "The reconstruction, LPIPS, R_gen, MVCS and VBench models, checked and labelled (a missing weight is an error)."
     if recon not in ('fit', 'da3'): raise ValueError(f"recon must be 'fit' or 'da3', got {recon!r}")
     if rgen not in RGEN_SOURCES: raise ValueError(f"rgen must be one of {', '.join(RGEN_SOURCES)}, got {rgen!r}")
+    if vbench not in ('none', 'real', 'tiny'): raise ValueError(f"vbench must be none, real or tiny, got {vbench!r}")
+    vb = None if vbench == 'none' else tiny_vbench() if vbench == 'tiny' else load_vbench(weights=vbench_weights,
+                                                                                        device=device)
     opts = recon_opts if recon_opts is not None else (load_preset('mini')['recon_opts'] if recon == 'fit' else {})
     lp = load_lpips(lpips, device)
     quality, qlabel = _quality(rgen, device)
     rlabel = 'fit (CPU analysis by synthesis' + (', mini preset options)' if recon_opts is None else ')') \
         if recon == 'fit' else f"da3 ({opts.get('model', 'default model')})"
-    return Backends(ReconCache(recon, **opts), lp, quality,
-                    dict(reconstruction=rlabel, lpips=lp.label, r_gen=qlabel))
+    labels = dict(reconstruction=rlabel, lpips=lp.label, r_gen=qlabel) | (vb.labels if vb else {})
+    depth = None
+    if mvcs:
+        from worldlab.depth import resolve_depth_prior
+        depth = 'da3' if recon == 'da3' else resolve_depth_prior(depth_prior)
+        labels['mvcs'] = ("VideoGPA's MVCS on DA3's depth and cameras" if recon == 'da3' else
+                          f"VideoGPA's MVCS on {getattr(depth, 'label', 'the depth prior')} depth of each frame "
+                          "(one scale: frame 0's median at z_ref), tracked cameras")
+    return Backends(ReconCache(recon, **opts), lp, quality, labels, vb, depth)
 
 # %% ../nbs/13b_evaluate.ipynb #ee2b1f3e
 METRICS = {  # name: True higher is better, False lower is better, None a property (reward hacking shows in it)
     'PSNR': True, 'SSIM': True, 'LPIPS': False, 's_traj': True, 'RotErr': False, 'TransErr': False,
-    'class_match': True, 'dynamics': None, 'r_gen': True,
+    'class_match': True, 'dynamics': None, 'r_gen': True, 'mvcs': True, **{d: True for d in VBENCH_DIMENSIONS},
     'sharpness': None, 'contrast': None, 'saturation': None, 'temporal': None}
 RECON_COLUMNS = ('PSNR', 'SSIM', 'LPIPS', 's_traj', 'RotErr', 'TransErr', 'dynamics', 'class_match')
 
@@ -269,7 +287,17 @@ def score_video(video:torch.Tensor, traj:Trajectory, backends:Backends, # [F,3,H
     row['dynamics'] = dynamics_degree(video, rec)[0]
     _, row['tracked_class'], _ = classify_camera(rec.video_c2w, traj.H, traj.W)
     row['class_match'] = float(row['tracked_class'] == cls) if cls else math.nan
+    if backends.mvcs_depth is not None: row['mvcs'] = video_mvcs(video, rec, traj, backends.mvcs_depth)
     return row
+
+def video_mvcs(video:torch.Tensor, rec, traj:Trajectory, depth) -> float: # [F,3,H,W]; its Reconstruction; command
+    "MVCS of one video: DA3's own depths and cameras, or a monocular prior's depth per frame and the tracked cameras."
+    if depth == 'da3':
+        m = rec.info.get('mvcs_inputs')
+        return mvcs(m['depth'], m['intrinsics'], m['extrinsics']) if m else math.nan
+    with torch.no_grad():
+        d = torch.stack([torch.as_tensor(depth(f), dtype=torch.float64).reshape(f.shape[-2:]) for f in video])
+    return mvcs(d*(traj.z_ref/d[0].median()), rec.K, torch.linalg.inv(rec.video_c2w))
 
 # %% ../nbs/13b_evaluate.ipynb #d6b14b08
 def read_results(path:str|Path) -> pd.DataFrame:
@@ -298,6 +326,7 @@ def evaluate_one(item:dict, backends:Backends, max_frames:int=17, short_side:int
     try: traj = plan_camera(item['prompt'], item.get('camera'), plan)
     except ValueError as e: return base | dict(status='failed', error=f"{item['path']}: {e}")
     row = score_video(prepare_video(frames, plan), traj, backends, item['prompt'])
+    if backends.vbench is not None: row |= vbench_scores(frames, backends.vbench)   # VBench reads every frame
     return base | dict(status='ok', error='', fps=fps, eval_frames=len(plan['frames']), eval_stride=plan['stride'],
                        eval_H=plan['H'], eval_W=plan['W'], source_frames=plan['source_frames'],
                        source_H=plan['source_H'], source_W=plan['source_W'], seconds=time.time() - t0,

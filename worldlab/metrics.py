@@ -23,7 +23,7 @@ __all__ = ['RELEASE_START', 'MOTION_CLASS', 'ALEXNET_CHECKPOINT', 'LPIPS_LABELS'
            'align_poses', 'translation_profile', 'rotation_profile', 'release_commanded', 'evo_umeyama',
            'release_ransac', 'trajectory_score_exact_release', 'trajectory_score', 'camera_metrics',
            'camera_metrics_table', 'classify_camera', 'motion_gain', 'ssim', 'alexnet_checkpoint', 'load_lpips',
-           'lpips_distance', 'recon_metrics', 'consistency_table', 'plot_consistency']
+           'lpips_distance', 'recon_metrics', 'consistency_table', 'plot_consistency', 'mvcs']
 
 # %% ../nbs/08_metrics.ipynb #9ea90f26
 def as_c2w(poses) -> torch.Tensor:
@@ -482,3 +482,39 @@ def plot_consistency(df:pd.DataFrame, # from consistency_table
     fig = px.bar(long, x=x, y='value', color=color, facet_col='metric', barmode='group', height=300)
     fig.update_yaxes(matches=None, showticklabels=True)
     return fig.update_layout(title=f"3D consistency — {', '.join(df['lpips_model'].unique())}")
+
+# %% ../nbs/08_metrics.ipynb #befa7d43
+def mvcs(depth, K, w2c, # depth [F,H,W] (the cameras' units); K [F,3,3] or [3,3] pixels; w2c [F,4,4] or [F,3,4]
+         edge:str='inside', # 'inside': projections within [0, W-1] x [0, H-1]; 'videogpa': [0, W) x [0, H)
+        ) -> float:
+    "Multi-View Consistency Score: exp(-mean over consecutive frames of the squared depth reprojection error)."
+    import numpy as np
+    d = torch.as_tensor(np.asarray(depth)).double()
+    if d.ndim == 4 and 1 in (d.shape[1], d.shape[-1]): d = d.squeeze(1) if d.shape[1] == 1 else d.squeeze(-1)
+    if d.ndim != 3: raise ValueError(f"depth must be [F,H,W]; got shape {tuple(d.shape)}")
+    n, H, W = d.shape
+    K = torch.as_tensor(np.asarray(K)).double()[..., :3, :3]
+    K = K.expand(n, 3, 3) if K.ndim == 2 else K
+    E = torch.as_tensor(np.asarray(w2c)).double()
+    if tuple(E.shape[-2:]) == (3, 4):
+        E = torch.cat([E, torch.tensor([0., 0, 0, 1], dtype=E.dtype).expand(len(E), 1, 4)], 1)
+    if len(K) != n or tuple(E.shape) != (n, 4, 4) or n < 2:
+        raise ValueError(f"need at least 2 frames and one K and w2c per frame; got depth {tuple(d.shape)}, "
+                         f"K {tuple(K.shape)}, w2c {tuple(E.shape)}")
+    if edge not in ('inside', 'videogpa'): raise ValueError(f"edge must be 'inside' or 'videogpa', got {edge!r}")
+    v, u = torch.meshgrid(torch.arange(H, dtype=d.dtype), torch.arange(W, dtype=d.dtype), indexing='ij')
+    pix = torch.stack([u.reshape(-1), v.reshape(-1), torch.ones(H*W, dtype=d.dtype)])       # [3, HW]
+    errors = []
+    for i in range(n - 1):
+        rel = E[i + 1] @ torch.linalg.inv(E[i])                        # camera i -> camera i+1
+        q = rel[:3, :3] @ (torch.linalg.solve(K[i], pix)*d[i].reshape(1, -1)) + rel[:3, 3:]
+        h = K[i + 1] @ q
+        z = h[2].clamp(min=1e-8)
+        ui, vi = h[0]/z, h[1]/z
+        grid = torch.stack([2*ui/(W - 1) - 1, 2*vi/(H - 1) - 1], -1).view(1, H, W, 2)
+        sampled = torch.nn.functional.grid_sample(d[i + 1].view(1, 1, H, W), grid, mode='bilinear',
+                                                  padding_mode='zeros', align_corners=True).view(-1)
+        inside = (ui <= W - 1) & (vi <= H - 1) if edge == 'inside' else (ui < W) & (vi < H)
+        mask = inside & (ui >= 0) & (vi >= 0) & (q[2] > 0)
+        if mask.any(): errors.append(float((sampled[mask] - q[2][mask]).pow(2).mean()))
+    return math.exp(-sum(errors)/len(errors)) if errors else math.nan

@@ -470,7 +470,10 @@ def da3_to_reconstruction(pred, # a depth_anything_3 Prediction (or anything wit
     h, w = np.asarray(pred.depth).shape[-2:]
     K = scale_intrinsics(torch.as_tensor(np.asarray(pred.intrinsics)).double(), (h, w), (H, W))
     return Reconstruction(g, c2w, K, H, W, torch.full((len(c2w),), float('nan')), 'da3', seconds=seconds,
-                          background=background, info=dict(scale=s, metric_scale_factor=unscale))
+                          background=background, info=dict(scale=s, metric_scale_factor=unscale,
+                          mvcs_inputs=dict(depth=np.asarray(pred.depth, np.float32),        # DA3's own outputs, at its
+                                           intrinsics=np.asarray(pred.intrinsics, np.float32),   # resolution: what
+                                           extrinsics=np.asarray(pred.extrinsics, np.float32))))  # MVCS reads
 
 # %% ../nbs/07_recon.ipynb #1dcbee2e
 @functools.lru_cache(maxsize=2)
