@@ -349,3 +349,32 @@ def wr_win_rates(n, pair_results):
 def wr_pair_scores(prob_a, disp_a_idx, idx_i, idx_j):
     "(s_i, s_j) of a pair from P(the video shown as A wins)."
     return (prob_a, 1.0 - prob_a) if disp_a_idx == idx_i else (1.0 - prob_a, prob_a)
+
+
+# --- Hongyang-Du/VideoGPA metrics/mvcs.py (MVCSMetric.compute, at fb86241) ---------------------------------------------
+def videogpa_mvcs(depths, intrinsics, extrinsics):
+    "Their loop as written: float32, integer pixel grid, u < W mask, grid_sample(align_corners=True), exp(-mean MSE)."
+    import torch
+    import torch.nn.functional as F
+    depths, intrinsics, extrinsics = depths.float(), intrinsics.float(), extrinsics.float()
+    T, H, W = depths.shape
+    if extrinsics.shape[-2:] == (3, 4):
+        extrinsics = torch.cat([extrinsics, torch.tensor([0, 0, 0, 1.]).reshape(1, 1, 4).expand(T, 1, 4)], dim=1)
+    y, x = torch.meshgrid(torch.arange(H), torch.arange(W), indexing='ij')
+    coords = torch.stack([x, y, torch.ones_like(x)], dim=-1).float().reshape(-1, 3).t()
+    scores = []
+    for i in range(T - 1):
+        j = i + 1
+        p_i = torch.inverse(intrinsics[i]) @ coords * depths[i].reshape(1, -1)
+        rel = extrinsics[j] @ torch.inverse(extrinsics[i])
+        p_j = rel[:3, :3] @ p_i + rel[:3, 3:4]
+        homo = intrinsics[j] @ p_j
+        z_proj = p_j[2, :].reshape(H, W)
+        z = homo[2, :].clamp(min=1e-8)
+        u, v = (homo[0, :]/z).reshape(H, W), (homo[1, :]/z).reshape(H, W)
+        grid = torch.stack([2.0*u/(W - 1) - 1.0, 2.0*v/(H - 1) - 1.0], dim=-1).unsqueeze(0)
+        sampled = F.grid_sample(depths[j].view(1, 1, H, W), grid, mode='bilinear', padding_mode='zeros',
+                                align_corners=True).squeeze()
+        mask = (u >= 0) & (u < W) & (v >= 0) & (v < H) & (z_proj > 0)
+        if mask.any(): scores.append((sampled[mask] - z_proj[mask]).pow(2).mean().item())
+    return float(np.exp(-np.mean(scores))) if scores else 0.0

@@ -396,3 +396,37 @@ def test_nft_release_variants_train():
     m = tr.train_step()
     assert (m['trained_share'], m['window_hi'], round(m['old_decay'], 6)) == (0.5, 4, 0.41), m
     assert 'kl' not in m and m['grad_norm'] > 0, m
+
+
+# --- MVCS: VideoGPA's released metric ------------------------------------------------------------------------------------
+def _mvcs_scene(seed, noise):
+    "Depth maps of a tilted plane seen by an orbiting, pushing camera, with multiplicative noise; w2c; K."
+    from worldlab.camera import chain_trajectory
+    g = torch.Generator().manual_seed(seed)
+    t = chain_trajectory(['orbit_left', 'push_in'], num_frames=6, H=20, W=28)
+    K = t.K.double()[0] if t.K.ndim == 3 else t.K.double()
+    n = torch.tensor([0.1, -0.2, 1.0], dtype=torch.float64); n /= n.norm()
+    v, u = torch.meshgrid(torch.arange(20.), torch.arange(28.), indexing='ij')
+    rays = torch.linalg.solve(K, torch.stack([u, v, torch.ones_like(u)]).reshape(3, -1).double())
+    d = torch.stack([((1.6 - n @ c[:3, 3])/(n @ (c[:3, :3] @ rays))).reshape(20, 28) for c in t.c2w])
+    d = d*(1 + noise*torch.randn(d.shape, generator=g, dtype=torch.float64))
+    return d, K.expand(6, 3, 3), torch.linalg.inv(t.c2w)
+
+
+@pytest.mark.parametrize('seed,noise', [(0, 0.0), (1, 0.02), (2, 0.1)])
+def test_mvcs_matches_videogpa(seed, noise):
+    "edge='videogpa' is VideoGPA's number (float32 there: 1e-5); edge='inside' differs only by the border half pixel."
+    from worldlab.metrics import mvcs
+    d, K, E = _mvcs_scene(seed, noise)
+    theirs, ours = ref.videogpa_mvcs(d, K, E[:, :3, :]), mvcs(d, K, E, edge='videogpa')
+    print(f"seed {seed} noise {noise}: VideoGPA {theirs:.7f}, worldlab(videogpa) {ours:.7f}, "
+          f"worldlab(inside) {mvcs(d, K, E):.7f}")
+    assert abs(theirs - ours) < 1e-5, (theirs, ours)
+    if noise == 0: assert mvcs(d, K, E) > 1 - 1e-6 and mvcs(d, K, E) >= ours, (mvcs(d, K, E), ours)
+
+
+def test_mvcs_without_valid_pixels_is_nan_where_videogpa_says_0():
+    from worldlab.metrics import mvcs
+    d, K, E = _mvcs_scene(0, 0.0)
+    behind = -d                                                   # every point behind the next camera
+    assert ref.videogpa_mvcs(behind, K, E) == 0.0 and math.isnan(mvcs(behind, K, E))

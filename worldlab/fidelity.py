@@ -179,6 +179,14 @@ DIVERGENCES += [
          "one seeded random side per pair (stable per group)", "orders='both': every pair in both orders",
          'kept: reproducible; both orders cancel a position bias exactly',
          'test_win_rates_match_the_release_aggregation'),
+    _row('MVCS border', 'World-R1 Table D: MVCS after GeoVideo; no formula or code released',
+         "VideoGPA's metrics/mvcs.py keeps projections with u < W, v < H: the last half pixel samples grid_sample's "
+         'zero padding', 'Hongyang-Du/VideoGPA metrics/mvcs.py:85-103 (at fb86241)',
+         'projections within [0, W−1] × [0, H−1]: consistent depth and cameras score exactly 1', "edge='videogpa'",
+         'kept: a metric of consistency should give a consistent video 1 (on a 20×28 orbit of a plane, '
+         "VideoGPA's border gives 0.967)", 'test_mvcs_matches_videogpa'),
+    _row('MVCS with no valid pixel', '—', '0.0', 'Hongyang-Du/VideoGPA metrics/mvcs.py:108-109', 'NaN', '—',
+         'kept: a failure is never a score', 'test_mvcs_without_valid_pixels_is_nan_where_videogpa_says_0'),
 ]
 
 # %% ../nbs/14_fidelity.ipynb #7ac48203
