@@ -112,6 +112,21 @@ def realsize_memory(device:str, sizes=('17x240x416', '33x240x416'), layers:int=0
     return dict(ok=all(r['finite'] for r in rows), rows=rows)
 
 
+def vbench_parity(device:str) -> dict:
+    "VBench's dimensions (tiny random backbones, plumbing) of one corpus clip on `device` against the CPU's."
+    import copy
+    from worldlab.corpus import plan_corpus, render_clip
+    from worldlab.vbench import tiny_vbench, vbench_scores
+    frames = render_clip(plan_corpus(2, 0, seed=1)[0])[0]
+    cpu = tiny_vbench()
+    here = copy.deepcopy(cpu)
+    for k, m in here.models.items():
+        here.models[k] = tuple(x.to(device) for x in m) if isinstance(m, tuple) else m.to(device) if hasattr(m, 'to') else m
+    a, b = vbench_scores(frames, here), vbench_scores(frames, cpu)
+    diff = max(abs(a[k] - b[k]) for k in a)
+    return dict(ok=diff < 1e-3, max_abs=diff, bound=1e-3, **{k: round(v, 5) for k, v in a.items()})
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument('--device', default='cuda')
@@ -147,6 +162,7 @@ def main(argv=None):
         return dict(ok=here['videos'] == cpu['videos'] == 2 and diff < 0.02, mean_abs=diff, bound=0.02,
                     seconds=here['seconds'], seconds_cpu=cpu['seconds'])
     check('generate_parity', generate_parity)
+    check('vbench_parity', lambda: vbench_parity(a.device))
     check('warp_timing', lambda: warp_timing(a.device) | dict(ok=True))
     if a.device == 'cuda': check('warp_timing_cpu', lambda: warp_timing('cpu', 1) | dict(ok=True))
     # the real-size step and the memory plan's error (on a CPU, one real-width block at a small size: the code path)

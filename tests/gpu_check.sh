@@ -7,7 +7,8 @@
 # It prints one line per check and writes $OUT/gpu_check.json: the `mini` preset's GRPO steps on CUDA (i.i.d. and
 # camera SDE draws), a CUDA rollout against the CPU's from the same draws, the camera noise at Wan2.1's size, and the
 # wan2.1-1.3b preset's GRPO step on the real-size 1.3B (random weights, bf16) at two sizes with its peak memory against
-# worldlab.memory's plan (realsize_memory), and the mini-steer-nft preset's DiffusionNFT steps on CUDA.
+# worldlab.memory's plan (realsize_memory), the mini-steer-nft preset's DiffusionNFT steps on CUDA, and VBench's
+# dimensions (tiny backbones) on CUDA against the CPU (vbench_parity; needs torchvision in the image).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 WHEELS="diffusers==0.42.1 fastcore==2.2.41 roma==1.8.0 kornia==0.9.0 kornia_rs==0.2.0 lpips==0.1.4
