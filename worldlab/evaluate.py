@@ -498,7 +498,7 @@ def judge_win_rate(results:pd.DataFrame, a:str, b:str, judge, folder:str|Path, #
     return win_rate(verdicts), verdicts
 
 # %% ../nbs/13b_evaluate.ipynb #d51e05ec
-CATCH = {'frame_shuffle': ('PSNR', 'SSIM', 'LPIPS', 's_traj'),     # intervention: the metrics meant to catch it
+CATCH = {'frame_shuffle': ('PSNR', 'SSIM', 'LPIPS', 's_traj', 'mvcs'),     # intervention: the metrics meant to catch it
          'blur': ('sharpness',),
          'frozen_camera': ('s_traj', 'class_match')}
 
@@ -531,7 +531,7 @@ def validation_table(results:pd.DataFrame, copies=tuple(CATCH), catch:dict|None=
     "Per (copy, metric meant to catch it): the real clips' margin over the copies (positive: real better), SE, z."
     catch, rows = catch or CATCH, []
     for n in copies:
-        for m in catch[n]:
+        for m in [m for m in catch[n] if m in results]:             # metrics not scored (mvcs unasked) are left out
             c = paired_compare(results, n, real, [m]).iloc[0]             # real - copy
             sign = -1.0 if METRICS.get(m) is False else 1.0
             ok = results[results.status == 'ok'].assign(seed=lambda x: x.seed.astype('float').fillna(-1))
