@@ -109,3 +109,21 @@ def test_motion_smoothness(clip):
         mid = net(*x, None)['imgt_pred']
         return (mid*255.).squeeze(0).permute(1, 2, 0).numpy().clip(0, 255).astype(np.uint8)
     _same(wv.motion_smoothness(frames, interpolate), float(ms.motion_score(path)), 'motion_smoothness', eps=1e-9)
+
+
+def test_amt_interpolator_matches_vbench_with_the_same_network(clip, tmp_path):
+    "worldlab's AMT-S loader and wrapper against VBench's MotionSmoothness holding the same (randomly initialised) AMT-S."
+    from pathlib import Path
+    from omegaconf import OmegaConf
+    from vbench.motion_smoothness import MotionSmoothness
+    from vbench.third_party.amt.utils.build_utils import build_from_cfg
+    cfg = Path(vb.__file__).parent/'third_party'/'amt'/'cfgs'/'AMT-S.yaml'
+    torch.manual_seed(0)
+    net = build_from_cfg(OmegaConf.load(cfg).network).eval()
+    torch.save({'state_dict': net.state_dict()}, tmp_path/'amt-s-random.pth')
+    path, frames = clip
+    ms = MotionSmoothness.__new__(MotionSmoothness)
+    ms.device, ms.niters, ms.model = 'cpu', 1, net
+    ms.initialization()
+    ours = wv.motion_smoothness(frames, wv.amt_interpolator(cfg, tmp_path/'amt-s-random.pth'))
+    _same(ours, float(ms.motion_score(path)), 'motion_smoothness (random AMT-S)', eps=1e-6)
