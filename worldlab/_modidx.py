@@ -233,7 +233,6 @@ d = { 'settings': {'branch': 'main', 'doc_baseurl': '/', 'doc_host': '', 'git_ur
                                'worldlab.docs.directives': ('docs.html#directives', 'worldlab/docs.py'),
                                'worldlab.docs.docs_main': ('docs.html#docs_main', 'worldlab/docs.py'),
                                'worldlab.docs.execute_notebook': ('docs.html#execute_notebook', 'worldlab/docs.py'),
-                               'worldlab.docs.ink': ('docs.html#ink', 'worldlab/docs.py'),
                                'worldlab.docs.lesson_page': ('docs.html#lesson_page', 'worldlab/docs.py'),
                                'worldlab.docs.page_problems': ('docs.html#page_problems', 'worldlab/docs.py'),
                                'worldlab.docs.plotly_div': ('docs.html#plotly_div', 'worldlab/docs.py'),

@@ -819,12 +819,14 @@ def figure_png(fig, # a plotly figure
     else: raise ValueError(f"renderer={renderer!r}; use 'matplotlib' or 'kaleido'")
     return path
 
-def image_ink(path:str|Path) -> float: # a PNG or JPEG
+def image_ink(image:str|Path|bytes) -> float: # a PNG or JPEG: its path or its bytes
     "Share of pixels that differ from the image's most common colour: 0 for a blank picture."
+    import io
     from PIL import Image
-    a = np.asarray(Image.open(path).convert('RGB')).reshape(-1, 3)
+    src = io.BytesIO(image) if isinstance(image, (bytes, bytearray)) else image
+    a = np.asarray(Image.open(src).convert('RGB')).reshape(-1, 3)
     _, counts = np.unique(a, axis=0, return_counts=True)
-    return 1 - counts.max()/len(a)
+    return float(1 - counts.max()/len(a))
 
 # %% ../nbs/00_core.ipynb #7101234a
 _HTML = """<!DOCTYPE html>

@@ -10,14 +10,14 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .core import make_run_id, outputs_root, project_root, save_json
+from .core import image_ink, make_run_id, outputs_root, project_root, save_json
 from .runs import notebooks_dir
 
 # %% auto #0
 __all__ = ['SECTIONS', 'PLOTLY_MIME', 'WIDGET_MIME', 'CHROMIUM_ARGS', 'FIGURES', 'Page', 'site_pages', 'directives',
            'strip_directives', 'skip_flags', 'skip_reason', 'execute_notebook', 'source_key', 'signature_source',
            'api_markdown', 'plotly_div', 'widget_outputs', 'static_outputs', 'lesson_page', 'write_project', 'setup',
-           'SiteResult', 'build_site', 'chromium_path', 'ink', 'check_pages', 'page_problems', 'docs_main']
+           'SiteResult', 'build_site', 'chromium_path', 'check_pages', 'page_problems', 'docs_main']
 
 # %% ../nbs/00c_docs.ipynb #c7503cef
 SECTIONS = {'index': '', 'lessons': 'Lessons', 'tutorials': 'Tutorials', 'runs': 'Runs and benchmarks'}
@@ -509,12 +509,6 @@ def chromium_path() -> str:
                                 "or set WORLDLAB_CHROMIUM")
     return exe
 
-def ink(png:bytes) -> float:
-    "Share of pixels that differ from the picture's most common colour: 0 for a blank picture."
-    from PIL import Image
-    import io, numpy as np
-    a = np.asarray(Image.open(io.BytesIO(png)).convert('RGB')).reshape(-1, 3)
-    return float(1 - np.unique(a, axis=0, return_counts=True)[1].max()/len(a))
 
 # %% ../nbs/00c_docs.ipynb #01aed167
 def _serve(site:Path):
@@ -552,7 +546,7 @@ def _check_page(page, url:str, shot:Path|None, min_ink:float) -> dict:
         info = el.evaluate(_FIGURE_INFO)
         el.scroll_into_view_if_needed()
         box = el.bounding_box()
-        info['ink'] = round(ink(el.screenshot()), 4) if box and box['width'] >= 2 and box['height'] >= 2 else 0.0
+        info['ink'] = round(image_ink(el.screenshot()), 4) if box and box['width'] >= 2 and box['height'] >= 2 else 0.0
         info['blank'] = info['ink'] < min_ink
         rep['figures'].append(info)
     rep['console_errors'] = errors
