@@ -684,6 +684,7 @@ d = { 'settings': {'branch': 'main', 'doc_baseurl': '/', 'doc_host': '', 'git_ur
                                'worldlab.runs._warnings': ('runs.html#_warnings', 'worldlab/runs.py'),
                                'worldlab.runs.check_params': ('runs.html#check_params', 'worldlab/runs.py'),
                                'worldlab.runs.execute_run': ('runs.html#execute_run', 'worldlab/runs.py'),
+                               'worldlab.runs.ignored_preset_keys': ('runs.html#ignored_preset_keys', 'worldlab/runs.py'),
                                'worldlab.runs.list_runs': ('runs.html#list_runs', 'worldlab/runs.py'),
                                'worldlab.runs.main': ('runs.html#main', 'worldlab/runs.py'),
                                'worldlab.runs.mark_interrupted': ('runs.html#mark_interrupted', 'worldlab/runs.py'),

@@ -13,8 +13,9 @@ from .config import check_value, field_types, resolve
 from .core import load_preset, load_presets, outputs_root, parse_value, project_root, run_folder, save_json
 
 # %% auto #0
-__all__ = ['RUN_FOLDERS', 'notebooks_dir', 'list_runs', 'run_parameters', 'resolve_params', 'param_problems', 'check_params',
-           'run_state', 'prepare_run', 'mark_interrupted', 'RunResult', 'execute_run', 'render_readme', 'main']
+__all__ = ['RUN_FOLDERS', 'notebooks_dir', 'list_runs', 'run_parameters', 'resolve_params', 'ignored_preset_keys',
+           'param_problems', 'check_params', 'run_state', 'prepare_run', 'mark_interrupted', 'RunResult', 'execute_run',
+           'render_readme', 'main']
 
 # %% ../nbs/00b_runs.ipynb #016e7614
 RUN_FOLDERS = ('runs', 'tutorials')
@@ -107,6 +108,15 @@ def resolve_params(path:str|Path, # the run notebook
         if k == 'overrides' and isinstance(v, dict): v = {**(out.get('overrides') or {}), **v}
         out[k] = _coerce(k, v, declared[k]['type'], path)
     return out
+
+# %% ../nbs/00b_runs.ipynb #f649904a
+def ignored_preset_keys(path:str|Path, # the run notebook
+                        preset:str|None, presets_file:str|Path|None=None) -> list[str]:
+    "The preset's keys a run notebook neither declares nor passes on (it declares no `preset`): what it ignores."
+    if preset is None: return []
+    declared = run_parameters(path)
+    if 'preset' in declared: return []
+    return sorted(k for k in load_preset(preset, presets_file) if k not in declared)
 
 # %% ../nbs/00b_runs.ipynb #93c117a1
 _ALT = r'[\w.\-]+(?:\s*\([^)]*\))?'             # one valid value, maybe with a note: `init (paper)`
@@ -276,6 +286,10 @@ def execute_run(name:str, # a run notebook name (see `list_runs`)
     check_params(src, values)
     rd, rec = prepare_run(name, src, values, given, preset, run_id, out_root, force)
     if 'run_dir' in rec['parameters']: rec['parameters']['run_dir'] = str(rd)
+    if ignored := ignored_preset_keys(src, preset):
+        rec['preset_ignored'] = ignored
+        print(f"{name}: preset {preset!r}: {len(ignored)} of its keys are not parameters of this notebook and are "
+              f"ignored: {', '.join(ignored)}", file=sys.stderr)
     save_json(rec, rd/'params.json')
     t0, started = time.time(), time.strftime('%Y-%m-%dT%H:%M:%S')
     save_json(dict(state='running', ok=False, pid=os.getpid(), started=started), rd/'status.json')
