@@ -231,11 +231,12 @@ def load_backends(recon:str='fit', # fit (CPU analysis by synthesis) | da3 (Dept
                   lpips:str='imagenet', # imagenet (the real metric) | random (plumbing only, labelled)
                   rgen:str='none', # none | critic (stand-in, labelled) | hpsv3 | hpsv2
                   recon_opts:dict|None=None, # options of recon.reconstruct (default fit: the mini preset's)
+                  device:str='cpu',
                   vbench:str='none', # none | real (VBench's backbones) | tiny (random, plumbing only, labelled)
                   vbench_weights:dict|None=None, # backbone -> hub name or local path (vbench.VBENCH_WEIGHTS' keys)
                   mvcs:bool=False, # the Multi-View Consistency Score (da3: DA3's depth; fit: `depth_prior` per frame)
                   depth_prior='procedural', # fit's MVCS depth: 'procedural' (the shipped prior), a file or a fn
-                  device:str='cpu') -> Backends:
+                 ) -> Backends:
     "The reconstruction, LPIPS, R_gen, MVCS and VBench models, checked and labelled (a missing weight is an error)."
     if recon not in ('fit', 'da3'): raise ValueError(f"recon must be 'fit' or 'da3', got {recon!r}")
     if rgen not in RGEN_SOURCES: raise ValueError(f"rgen must be one of {', '.join(RGEN_SOURCES)}, got {rgen!r}")
