@@ -10,7 +10,8 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .core import image_ink, make_run_id, outputs_root, project_root, save_json
+from .core import make_run_id, outputs_root, project_root, save_json
+from .figures import find_chrome, image_ink
 from .runs import notebooks_dir
 
 # %% auto #0
@@ -502,8 +503,8 @@ CHROMIUM_ARGS = ['--headless', '--no-sandbox', '--disable-gpu', '--disable-quic'
 FIGURES = 'article img, article video, article div.wl-plotly, article table.dataframe'
 
 def chromium_path() -> str:
-    "The Chromium to drive: $WORLDLAB_CHROMIUM, else chromium on the PATH; a clear error when there is none."
-    exe = os.environ.get('WORLDLAB_CHROMIUM') or shutil.which('chromium') or shutil.which('chromium-browser')
+    "The Chromium to drive (`figures.find_chrome`: $WORLDLAB_CHROMIUM, else kaleido's); a clear error when none."
+    exe = find_chrome()
     if not exe:
         raise FileNotFoundError("no Chromium found: install Debian's (apt-get install -y chromium) "
                                 "or set WORLDLAB_CHROMIUM")

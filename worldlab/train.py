@@ -12,8 +12,9 @@ from pathlib import Path
 import pandas as pd
 import torch
 
-from .core import (parse_value, pick_device, pick_dtype, project_root, run_ref, save_json, save_figure, seed_everything,
+from .core import (parse_value, pick_device, pick_dtype, project_root, run_ref, save_json, seed_everything,
                            to_uint8, write_video)
+from .figures import save_figure
 from .adapters import export_checkpoint, read_adapter
 from .config import RunConfig, TrainConfig, fields_help, resolve, split
 from .grpo import Trainer
