@@ -27,26 +27,35 @@ from .reward_contract import channel_mean_reward
 from .verdicts import judge_comparator, pairwise_rewards, preference_from_reward
 
 # %% auto #0
-__all__ = ['TRAINERS', 'load_prompt_sets', 'simple_rewards', 'build_rewards', 'load_policy', 'make_trainer', 'memory_check',
-           'train', 'write_sample', 'warm_start', 'plot_training', 'main']
+__all__ = ['PROMPT_SETS', 'RGEN', 'POLICIES', 'TRAINERS', 'load_prompt_sets', 'simple_rewards', 'build_rewards', 'load_policy',
+           'make_trainer', 'memory_check', 'train', 'write_sample', 'warm_start', 'plot_training', 'main']
 
 # %% ../nbs/13_train.ipynb #b095a7af
+def _world_r1_prompts(variant:str) -> tuple[list, list]:
+    "World-R1's train and dynamic prompts (`final` or `enhanced`), else the shipped worldlab-v1 set, with a note."
+    try:
+        recs = load_world_r1(variant).records
+        return [r.text for r in recs if r.split == 'train'], [r.text for r in recs if r.split == 'dynamic']
+    except FileNotFoundError:
+        print("World-R1 prompts not found: using the shipped worldlab-v1 set")
+        d = project_root()/'data/prompts/worldlab-v1'
+        return ([r.text for r in read_prompt_file(d/'train.txt', 'train').records],
+                [r.text for r in read_prompt_file(d/'dynamic.txt', 'dynamic').records])
+
+def _mini_prompts() -> tuple[list, list]:
+    "The corpus's captions that mini-Wan trains on (miniwan, and the corpus behind it, load only for these)."
+    from worldlab.miniwan import mini_prompts
+    mp = mini_prompts()
+    return mp['main'], mp['dynamic']
+
+# RunConfig.prompts -> (main, dynamic) prompt lists; any other value is a text file of prompts
+PROMPT_SETS = {'final': lambda: _world_r1_prompts('final'), 'enhanced': lambda: _world_r1_prompts('enhanced'),
+               'mini': _mini_prompts}
+
 def load_prompt_sets(spec:str, seed:int=0) -> tuple[list[str], list[str]]:
-    ("Main and dynamic prompt lists, shuffled by `seed`: a World-R1 variant (else the shipped worldlab-v1 set), mini "
-     "captions or a text file.")
-    if spec == 'mini':
-        from worldlab.miniwan import mini_prompts   # lazy: miniwan (corpus, scenes) only for its captions
-        mp = mini_prompts()
-        main, dyn = mp['main'], mp['dynamic']
-    elif spec in ('final', 'enhanced'):
-        try:
-            recs = load_world_r1(spec).records
-            main, dyn = [r.text for r in recs if r.split == 'train'], [r.text for r in recs if r.split == 'dynamic']
-        except FileNotFoundError:
-            print("World-R1 prompts not found: using the shipped worldlab-v1 set")
-            d = project_root()/'data/prompts/worldlab-v1'
-            main = [r.text for r in read_prompt_file(d/'train.txt', 'train').records]
-            dyn = [r.text for r in read_prompt_file(d/'dynamic.txt', 'dynamic').records]
+    ("Main and dynamic prompt lists, shuffled by `seed`: a named set of `PROMPT_SETS` (World-R1's, mini-Wan's "
+     "captions) or a text file.")
+    if spec in PROMPT_SETS: main, dyn = PROMPT_SETS[spec]()
     else: main = dyn = [r.text for r in read_prompt_file(spec, 'train').records]
     main, dyn = list(main), list(dyn)
     random.Random(seed).shuffle(main); random.Random(seed).shuffle(dyn)
@@ -64,6 +73,20 @@ def simple_rewards() -> dict:
 
 
 # %% ../nbs/13_train.ipynb #145f9d85
+def _likelihood_rgen(rc:RunConfig, policy):
+    "The base mini-Wan's denoising likelihood (`rgen='mini'`): the first stand-in, which blur and fade game."
+    if policy is None: raise ValueError("rgen='mini' scores with the base mini-Wan: pass the policy")
+    from worldlab.miniwan import denoising_quality   # miniwan loads only for this R_gen
+    return denoising_quality(policy)
+
+def _critic_rgen(rc:RunConfig, policy):
+    "The learned clip critic shipped in `data/mini_critic/` (`rgen='critic'`, the `mini` preset's R_gen)."
+    from worldlab.critic import critic_quality
+    return critic_quality()
+
+# RunConfig.rgen -> (rc, policy) -> an R_gen reward; names not here go to rewards.make_rewards (hpsv3, hpsv2, standin)
+RGEN = {'mini': _likelihood_rgen, 'critic': _critic_rgen}
+
 def _base_rewards(names:list, rc:RunConfig, policy=None) -> dict:
     "Rewards for `names` that are not simple: from a reward service, or the in-process 3D reward and R_gen."
     if rc.reward_url:
@@ -74,17 +97,10 @@ def _base_rewards(names:list, rc:RunConfig, policy=None) -> dict:
     if rc.judge_url:
         from worldlab.judge import OpenAIBackend   # lazy: a VLM judge backend, only for S_meta
         judge = OpenAIBackend(rc.judge_url)
-    mini = rc.rgen in ('mini', 'critic')   # the miniature's stand-ins: base likelihood, learned critic
-    if rc.rgen == 'mini' and policy is None:
-        raise ValueError("rgen='mini' scores with the base mini-Wan: pass the policy")
-    heavy = make_rewards(rc.recon, rc.lpips, judge, None if mini else (rc.rgen or None), device=rc.device,
+    local = RGEN.get(rc.rgen)            # the miniature's R_gen; others (hpsv3, hpsv2, standin) come from make_rewards
+    heavy = make_rewards(rc.recon, rc.lpips, judge, None if local else (rc.rgen or None), device=rc.device,
                          recon_opts=dict(rc.recon_opts), parts=dict(rc.r3d_parts) or None, form=rc.reward_form)
-    if rc.rgen == 'mini':
-        from worldlab.miniwan import denoising_quality   # lazy: miniwan, only for rgen='mini'
-        heavy['reward_general'] = denoising_quality(policy)
-    if rc.rgen == 'critic':
-        from worldlab.critic import critic_quality   # lazy: the learned critic, only for rgen='critic'
-        heavy['reward_general'] = critic_quality()
+    if local: heavy['reward_general'] = local(rc, policy)
     missing = [k for k in names if k not in heavy]
     if missing: raise ValueError(f"rewards {missing} are not available: known {sorted(simple_rewards() | heavy)} "
                                  "(reward_general needs rgen=hpsv3 or a reward_url service)")
@@ -113,6 +129,14 @@ def build_rewards(weights:dict, rc:RunConfig, policy=None, # policy: for rgen='m
     return reg
 
 # %% ../nbs/13_train.ipynb #a52a6970
+def _mini_policy(rc:RunConfig, dev):
+    "The shipped mini-Wan, with `rc.transformer` in place of its transformer when set (miniwan loads only here)."
+    from worldlab.miniwan import load_mini_wan
+    return load_mini_wan(device=dev, transformer=rc.transformer or None)
+
+# RunConfig.model -> (rc, device) -> a policy; other values are `random:NAME` or a Wan2.1 checkpoint
+POLICIES = {'tiny': lambda rc, dev: WanPolicy.tiny(seed=0, device=dev), 'mini': _mini_policy}
+
 def load_policy(rc:RunConfig):
     ("The run's policy: the tiny twin, the shipped mini-Wan, a Wan2.1 checkpoint, or `random:wan2.1-1.3b` (-14b): the "
      "real architecture with random weights and a stand-in text encoder.")
@@ -120,13 +144,10 @@ def load_policy(rc:RunConfig):
         raise ValueError(f"transformer={rc.transformer!r} replaces mini-Wan's transformer: it needs model='mini', "
                          f"got {rc.model!r}")
     dev = pick_device(rc.device)                     # under accelerate or torchrun: this process's GPU
-    if rc.model == 'tiny': return WanPolicy.tiny(seed=0, device=dev)
     if rc.model.startswith('random:'):               # asked for by name: the real architecture, random weights
         pol = random_wan(rc.model, dev, pick_dtype(rc.dtype, dev))
         print(pol.label); return pol
-    if rc.model == 'mini':
-        from worldlab.miniwan import load_mini_wan   # lazy: miniwan, only for model='mini'
-        return load_mini_wan(device=dev, transformer=rc.transformer or None)
+    if rc.model in POLICIES: return POLICIES[rc.model](rc, dev)
     return WanPolicy.from_pretrained(rc.model, dev, rc.dtype)
 
 def _configs(params) -> tuple[TrainConfig, RunConfig]:
