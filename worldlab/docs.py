@@ -21,7 +21,8 @@ __all__ = ['SECTIONS', 'PLOTLY_MIME', 'WIDGET_MIME', 'CHROMIUM_ARGS', 'FIGURES',
            'SiteResult', 'build_site', 'chromium_path', 'check_pages', 'page_problems', 'docs_main']
 
 # %% ../nbs/00c_docs.ipynb #c7503cef
-SECTIONS = {'index': '', 'lessons': 'Lessons', 'tutorials': 'Tutorials', 'runs': 'Runs and benchmarks'}
+SECTIONS = {'index': '', 'findings': 'Findings', 'lessons': 'Lessons', 'tutorials': 'Tutorials',
+            'runs': 'Runs and benchmarks'}
 
 @dataclass
 class Page:
@@ -31,12 +32,12 @@ class Page:
     section: str  # a key of SECTIONS
 
 def site_pages(nbs:str|Path|None=None, # the nbs/ folder (default: the checkout's)
-               only:list[str]|None=None, # page names or globs ('01_camera', 'runs/*'); the index is always in
+               only:list[str]|None=None, # page names or globs ('01_camera', 'runs/*'); index and findings always in
               ) -> list[Page]:
-    "The site's notebooks in lesson order: the index, the module lessons by number, the tutorials, the run notebooks."
+    "The site's notebooks in order: the index, the findings, the module lessons by number, the tutorials, the runs."
     nbs = notebooks_dir(nbs)
-    found = [Page(nbs/'index.ipynb', 'index', 'index')] if (nbs/'index.ipynb').exists() else []
-    found += [Page(p, p.stem, 'lessons') for p in sorted(nbs.glob('*.ipynb')) if p.stem != 'index']
+    found = [Page(nbs/f'{k}.ipynb', k, k) for k in ('index', 'findings') if (nbs/f'{k}.ipynb').exists()]
+    found += [Page(p, p.stem, 'lessons') for p in sorted(nbs.glob('*.ipynb')) if p.stem not in ('index', 'findings')]
     for sub in ('tutorials', 'runs'):
         found += [Page(p, f'{sub}/{p.stem}', sub) for p in sorted((nbs/sub).glob('*.ipynb'))]
     if not only: return found
@@ -44,7 +45,7 @@ def site_pages(nbs:str|Path|None=None, # the nbs/ folder (default: the checkout'
     missing = [pat for pat in only if not any(hit(pg, pat) for pg in found)]
     if missing: raise ValueError(f"no notebook matches {', '.join(missing)}; pages are named like "
                                  f"{', '.join(pg.rel for pg in found[1:4])} (globs work: 'runs/*')")
-    return [pg for pg in found if pg.section == 'index' or any(hit(pg, pat) for pat in only)]
+    return [pg for pg in found if pg.section in ('index', 'findings') or any(hit(pg, pat) for pat in only)]
 
 # %% ../nbs/00c_docs.ipynb #28ffa2a5
 def directives(source:str) -> dict[str, str]:
@@ -461,7 +462,7 @@ def _execute_cached(page:Page, cache:Path|None, root:Path, flags:list, timeout:i
 
 # %% ../nbs/00c_docs.ipynb #960005fc
 def build_site(out:str|Path|None=None, # where the site goes (default: <project>/_docs/site)
-               only:list[str]|None=None, # build these pages only (names or globs; the index is always in)
+               only:list[str]|None=None, # build these pages only (names or globs; index and findings always in)
                nbs:str|Path|None=None, # the nbs/ folder (default: the checkout's)
                jobs:int=1, # notebooks executed at once
                timeout:int=600, # seconds a cell may take

@@ -56,7 +56,7 @@ def word_tokenizer(words:list[str], max_len:int=32):
 # %% ../nbs/11b_miniwan.ipynb #98e7684f
 @dataclass
 class MiniWanConfig:
-    "Sizes of mini-Wan (about 4 M parameters)."
+    "Sizes of mini-Wan (3.7 M parameters in all)."
     vae_dim:int = 16                  # VAE base channels (Wan2.1: 96)
     vae_mult:tuple = (1, 2, 4)        # channel multipliers; len - 1 spatial downsamplings (Wan2.1: 1,2,4,4 -> 8x)
     z_dim:int = 16                    # latent channels (as Wan2.1)

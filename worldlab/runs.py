@@ -319,7 +319,8 @@ def render_readme(nb_path:str|Path) -> str:
         src = c.source.strip()
         if not src or 'hide' in _directives(src): continue
         if c.cell_type == 'markdown':
-            parts.append(re.sub(r'(!\[[^\]]*\]\()(?!https?:|/)', r'\1nbs/', src))
+            src = re.sub(r'(!\[[^\]]*\]\()(?!https?:|/)', r'\1nbs/', src)              # images
+            parts.append(re.sub(r'((?<!!)\[[^\]]*\]\()(?!https?:|/|#|nbs/)([^)\s]+\.ipynb)', r'\1nbs/\2', src))
         elif c.cell_type == 'code':
             code = '\n'.join(l for l in src.splitlines() if not l.startswith('#|')).strip()
             if code: parts.append(f"```python\n{code}\n```")
@@ -350,7 +351,7 @@ def _parser() -> argparse.ArgumentParser:
     d = sub.add_parser('docs',
                        help='build the documentation site from the notebooks (executed for it) into _docs/site/')
     d.add_argument('--only', nargs='+', metavar='PAGE',
-                   help="build these pages only: names or globs (01_camera 'runs/*'); the index is always in")
+                   help="build these pages only: names or globs (01_camera 'runs/*'); index and findings always in")
     d.add_argument('--out', help='where the site goes (default: <project>/_docs/site)')
     d.add_argument('--nbs', help='notebooks folder (default: <project>/nbs)')
     d.add_argument('--jobs', type=int, default=1, help='notebooks executed at once (default 1)')
