@@ -18,7 +18,7 @@ __all__ = ['TrainConfig', 'RunConfig', 'field_types', 'check_value', 'split', 'f
 # %% ../nbs/00a_config.ipynb #637421e9
 @dataclass
 class TrainConfig:
-    "What the RL algorithm does (Flow-GRPO or DiffusionNFT): World-R1's training configuration by default, small video."
+    "What the RL algorithm does (Flow-GRPO or DiffusionNFT): the World-R1 release's hyper-parameters, small video."
     height:int = 32; width:int = 32; num_frames:int = 9  # video size (frames 4k+1); the presets set the paper's
     num_steps:int = 6                            # denoising steps per sample
     guidance_scale:float = 1.0                   # classifier-free guidance (1: off)
