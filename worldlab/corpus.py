@@ -26,7 +26,7 @@ from .splat import concat
 __all__ = ['COLOURS', 'SHAPES', 'TEST_SUBJECTS', 'PLACES', 'WORLD_SEEDS', 'DYNAMICS', 'MOVING', 'LAYOUT_FILE', 'subjects',
            'subject_gaussians', 'corpus_world', 'moving_subject', 'ClipSpec', 'caption_for', 'plan_corpus',
            'render_clip', 'fill_sky', 'first_depth', 'layout_depth', 'load_layout_depth', 'clip_path', 'write_corpus',
-           'read_corpus', 'clip_depth', 'clip_depths', 'frame_strip', 'markdown_table', 'corpus_card']
+           'read_corpus', 'clip_depth', 'clip_depths', 'frame_strip', 'markdown_table', 'corpus_card', 'mini_prompts']
 
 # %% ../nbs/06b_corpus.ipynb #e0a5b2cb
 COLOURS = {'red': (0.85, 0.12, 0.1), 'green': (0.15, 0.7, 0.2), 'blue': (0.15, 0.3, 0.9),
@@ -302,3 +302,21 @@ def corpus_card(folder:str|Path, command:str='', seconds:float|None=None, rows:i
           "\n## Captions (first of each split)\n", *[f"- `{r.id}`: {r.caption}" for r in pick.itertuples()]]
     (folder/'card.md').write_text('\n'.join(md) + '\n')
     return folder/'card.md'
+
+# %% ../nbs/06b_corpus.ipynb #b688f6e8
+def mini_prompts(n_main:int=400, n_dynamic:int=80, n_test:int=48, n_test_dynamic:int=16,
+                 seed:int=1) -> dict[str, list[str]]:
+    ("Captions `{main, dynamic, test, test_dynamic}`: training subjects for the first two, held-out subjects for the "
+     "tests.")
+    def take(n_static, n_dyn, split):
+        share = max(n_dyn, 1)/max(n_static + n_dyn, 1)
+        for scale in (1, 2, 4, 8):                                       # plan enough of both kinds
+            plan = plan_corpus(*((scale*(n_static + n_dyn), 0) if split == 'train' else (0, scale*(n_static + n_dyn))),
+                               share, seed=seed)
+            st = list(dict.fromkeys(s.caption for s in plan if not s.dynamic and s.cameras != ['fixed']))
+            dy = list(dict.fromkeys(s.caption for s in plan if s.dynamic))
+            if len(st) >= n_static and len(dy) >= n_dyn: return st[:n_static], dy[:n_dyn]
+        raise ValueError(f"cannot plan {n_static} static and {n_dyn} dynamic distinct {split} captions")
+    main, dyn = take(n_main, n_dynamic, 'train')
+    test, test_dyn = take(n_test, n_test_dynamic, 'test')
+    return dict(main=main, dynamic=dyn, test=test, test_dynamic=test_dyn)

@@ -13,11 +13,43 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from .core import save_json, to_float
-from .miniwan import load_ema, shipped_dir, train_loop
+from .miniwan import normalise, shipped_dir
+from .trainloop import load_ema, train_loop
 
 # %% auto #0
-__all__ = ['CORRUPTIONS', 'CRITIC_LABEL', 'ClipCritic', 'soften', 'dull', 'flicker', 'jitter', 'critic_batch', 'train_critic',
-           'critic_dir', 'save_critic', 'load_critic', 'critic_quality']
+__all__ = ['DENOISING_LABEL', 'CORRUPTIONS', 'CRITIC_LABEL', 'denoising_quality', 'ClipCritic', 'soften', 'dull', 'flicker',
+           'jitter', 'critic_batch', 'train_critic', 'critic_dir', 'save_critic', 'load_critic', 'critic_quality']
+
+# %% ../nbs/11c_critic.ipynb #a7d48428
+DENOISING_LABEL = ("R_gen stand-in: base mini-Wan denoising likelihood "
+                   "(procedural domain; not HPSv3, not a human preference)")
+
+def _has_adapter(transformer) -> bool: return bool(getattr(transformer, '_hf_peft_config_loaded', False))
+
+def denoising_quality(policy, sigmas=(0.3, 0.5, 0.7), # noise levels to test the video at
+                      seed:int=0, batch:int=8):
+    "A reward `fn(videos, prompts, metas)`: minus the base model's mean flow-matching error on each video's latents."
+    import contextlib
+    vae = policy.pipe.vae
+    def fn(videos, prompts, metas): # videos [B,F,3,H,W] in [0,1]
+        out = []
+        ctx = policy.reference() if _has_adapter(policy.transformer) else contextlib.nullcontext()
+        with torch.no_grad(), ctx:
+            for i in range(0, len(videos), batch):
+                v = videos[i:i + batch].float().to(policy.device)
+                x0 = normalise(vae, vae.encode(v.permute(0, 2, 1, 3, 4)*2 - 1).latent_dist.mean.cpu()).to(policy.device)
+                emb = policy.encode(list(prompts[i:i + batch]))
+                err = torch.zeros(len(v))
+                for k, s in enumerate(sigmas):
+                    g = torch.Generator().manual_seed(seed + k)
+                    noise = torch.randn(x0.shape[1:], generator=g).expand_as(x0).to(x0)
+                    xt = (1 - s)*x0 + s*noise
+                    pred = policy.velocity(xt, torch.tensor(s*1000.0), emb)
+                    err += (pred - (noise - x0)).pow(2).flatten(1).mean(1).cpu()
+                out.append(-err/len(sigmas))
+        scores = torch.cat(out).double()
+        return scores, dict(label=[DENOISING_LABEL]*len(scores))
+    return fn
 
 # %% ../nbs/11c_critic.ipynb #6b437fbe
 class ClipCritic(nn.Module):

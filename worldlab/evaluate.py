@@ -20,16 +20,16 @@ from .core import load_preset, read_video, to_float
 from .generate import SIDECAR_FORMAT, write_item
 from .metrics import (MOTION_CLASS, camera_metrics, classify_camera, load_lpips, mvcs, recon_metrics,
                               trajectory_score)
-from .miniwan import IMAGE_STATS, image_stats, video_grid
+from .miniwan import video_grid
 from .rewards import ReconCache, consistency_rerender, dynamics_degree
 from .vbench import VBENCH_DIMENSIONS, load_vbench, tiny_vbench, vbench_scores
 
 # %% auto #0
-__all__ = ['RGEN_SOURCES', 'METRICS', 'RECON_COLUMNS', 'PRIMITIVE_ACTIONS', 'CATCH', 'save_video', 'read_sidecar', 'read_mapping',
-           'collect_videos', 'eval_plan', 'prepare_video', 'plan_camera', 'Backends', 'load_backends',
-           'commanded_class', 'score_video', 'video_mvcs', 'read_results', 'evaluate_one', 'evaluate_items', 'mean_ci',
-           'summarise', 'paired_compare', 'metric_strip', 'write_report', 'judge_pairs', 'win_rate', 'judge_win_rate',
-           'held_out_clips', 'write_broken_copies', 'validation_table']
+__all__ = ['RGEN_SOURCES', 'IMAGE_STATS', 'METRICS', 'RECON_COLUMNS', 'PRIMITIVE_ACTIONS', 'CATCH', 'save_video', 'read_sidecar',
+           'read_mapping', 'collect_videos', 'eval_plan', 'prepare_video', 'plan_camera', 'Backends', 'load_backends',
+           'image_stats', 'evaluate_videos', 'commanded_class', 'score_video', 'video_mvcs', 'read_results',
+           'evaluate_one', 'evaluate_items', 'mean_ci', 'summarise', 'paired_compare', 'metric_strip', 'write_report',
+           'judge_pairs', 'win_rate', 'judge_win_rate', 'held_out_clips', 'write_broken_copies', 'validation_table']
 
 # %% ../nbs/13b_evaluate.ipynb #86de774b
 def save_video(folder:str|Path, stem:str, # where: `<folder>/<stem>.mp4` and `<stem>.json`
@@ -257,6 +257,41 @@ def load_backends(recon:str='fit', # fit (CPU analysis by synthesis) | da3 (Dept
                           f"VideoGPA's MVCS on {getattr(depth, 'label', 'the depth prior')} depth of each frame "
                           "(one scale: frame 0's median at z_ref), tracked cameras")
     return Backends(ReconCache(recon, **opts), lp, quality, labels, vb, depth)
+
+# %% ../nbs/13b_evaluate.ipynb #4eab7aa2
+IMAGE_STATS = ['contrast', 'saturation', 'sharpness', 'temporal']
+
+def image_stats(videos:torch.Tensor) -> pd.DataFrame: # [B,F,3,H,W] in [0,1]
+    "One row per video: contrast, saturation, sharpness and temporal change (see above)."
+    v = videos.detach().float().cpu()
+    lum = (v*torch.tensor([0.299, 0.587, 0.114])[:, None, None]).sum(2)       # [B,F,H,W]
+    lap = (4*lum[..., 1:-1, 1:-1] - lum[..., :-2, 1:-1] - lum[..., 2:, 1:-1] - lum[..., 1:-1, :-2] - lum[..., 1:-1, 2:])
+    temporal = (v[:, 1:] - v[:, :-1]).abs().mean((1, 2, 3, 4)) if v.shape[1] > 1 else torch.zeros(len(v))
+    return pd.DataFrame(dict(contrast=lum.flatten(2).std(-1, correction=0).mean(1),
+                             saturation=(v.amax(2) - v.amin(2)).mean((1, 2, 3)),
+                             sharpness=lap.abs().mean((1, 2, 3)), temporal=temporal)).astype(float)
+
+# %% ../nbs/13b_evaluate.ipynb #deae3723
+def evaluate_videos(videos:torch.Tensor, prompts:list[str], # [B,F,3,H,W] in [0,1]; their captions
+                    cache=None, # a rewards.ReconCache
+                    lpips_model=None, # from metrics.load_lpips
+                    quality=None, # a reward fn (R_gen)
+                   ) -> pd.DataFrame:
+    "One row per video: recon_ok, PSNR, SSIM, LPIPS, s_traj, RotErr, TransErr, dynamics, r_gen and `IMAGE_STATS`."
+    cache = cache or ReconCache('fit', depth_prior='procedural')
+    rg = quality(videos, prompts, [{}]*len(prompts))[0] if quality is not None else torch.full((len(videos),), math.nan)
+    rows, stats = [], image_stats(videos).to_dict('records')
+    for v, p, r, st in zip(videos, prompts, rg.tolist(), stats):
+        traj = trajectory_from_prompt(p, v.shape[0], v.shape[2], v.shape[3])
+        rec = cache(v, traj)
+        row = dict(prompt=p, recon_ok=rec.ok, r_gen=r, **st)
+        if rec.ok:
+            row |= recon_metrics(v, consistency_rerender(rec, traj).to(v), lpips_model)
+            row['s_traj'] = trajectory_score(rec.video_c2w, traj)[0]
+            cm = camera_metrics(rec.video_c2w, traj, degrees=True)
+            row |= dict(RotErr=cm['RotErr'], TransErr=cm['TransErr'], dynamics=dynamics_degree(v, rec)[0])
+        rows.append(row)
+    return pd.DataFrame(rows)
 
 # %% ../nbs/13b_evaluate.ipynb #ee2b1f3e
 METRICS = {  # name: True higher is better, False lower is better, None a property (reward hacking shows in it)

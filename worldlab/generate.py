@@ -38,7 +38,7 @@ _ALIASES = {'final': 'world-r1-final', 'enhanced': 'world-r1-enhanced'}   # RunC
 def _set_prompts(name:str, split:str) -> list[str]:
     "The prompts of a shipped set's split (both checked by `read_prompts`)."
     if name == 'mini':
-        from worldlab.miniwan import mini_prompts   # lazy: miniwan (corpus, scenes) only for its captions
+        from worldlab.corpus import mini_prompts   # lazy: the corpus (and scenes) only for its captions
         return mini_prompts()['main' if split == 'train' else split]
     if name == 'worldlab-v1':
         root = project_root()

@@ -5,31 +5,28 @@
 
 # %% ../nbs/11b_miniwan.ipynb #8216d6ed
 from __future__ import annotations
-import json, math, os, re, time
-from dataclasses import asdict, dataclass, field
+import os, re
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
-import pandas as pd
 import torch
 import torch.nn.functional as F
 
 from .camera import PRIMITIVES, trajectory_from_prompt
-from .core import project_root, read_video, save_json, to_uint8
-from .corpus import COLOURS, DYNAMICS, PLACES, SHAPES, load_layout_depth, plan_corpus, read_corpus
+from .core import project_root, read_video, to_uint8
+from .corpus import COLOURS, DYNAMICS, PLACES, SHAPES, load_layout_depth, read_corpus
 from .policy import WanPolicy
 from .prompts import camera_phrase
 from .sampler import sample
 from .warp import camera_noise
 
 # %% auto #0
-__all__ = ['LAYOUT_TRANSFORMER', 'NOISES', 'SDE_SEED', 'DENOISING_LABEL', 'IMAGE_STATS', 'caption_words', 'corpus_vocabulary',
-           'word_tokenizer', 'MiniWanConfig', 'build_mini_wan', 'count_parameters', 'shipped_dir', 'mini_wan_dir',
-           'load_mini_wan', 'Clips', 'load_clips', 'to_vae', 'lr_at', 'train_loop', 'load_ema', 'vae_loss',
-           'vae_batches', 'vae_roundtrip', 'scene_caption', 'training_caption', 'shifted_sigma', 'training_noise',
-           'flow_matching_loss', 'encode_clips', 'set_latent_stats', 'normalise', 'initial_latents', 'generate',
-           'video_grid', 'denoising_quality', 'mini_prompts', 'image_stats', 'evaluate_videos', 'save_adapter',
-           'load_rl_adapter']
+__all__ = ['LAYOUT_TRANSFORMER', 'NOISES', 'SDE_SEED', 'caption_words', 'corpus_vocabulary', 'word_tokenizer', 'MiniWanConfig',
+           'build_mini_wan', 'count_parameters', 'shipped_dir', 'mini_wan_dir', 'load_mini_wan', 'Clips', 'load_clips',
+           'to_vae', 'vae_loss', 'vae_batches', 'vae_roundtrip', 'scene_caption', 'training_caption', 'shifted_sigma',
+           'training_noise', 'flow_matching_loss', 'encode_clips', 'set_latent_stats', 'normalise', 'initial_latents',
+           'generate', 'video_grid', 'save_adapter', 'load_rl_adapter']
 
 # %% ../nbs/11b_miniwan.ipynb #5de60779
 def caption_words(captions:list[str]) -> list[str]:
@@ -161,60 +158,6 @@ def load_clips(folder:str|Path, split:str, limit:int|None=None) -> Clips:
 def to_vae(frames:torch.Tensor) -> torch.Tensor: # uint8 [B,F,H,W,3]
     "VAE input `[B,3,F,H,W]` in [-1, 1]."
     return frames.permute(0, 4, 1, 2, 3).float()/127.5 - 1
-
-# %% ../nbs/11b_miniwan.ipynb #96daa6c2
-def lr_at(step:int, steps:int, lr:float, warmup:int=100) -> float:
-    "Linear warm-up over `warmup` steps, then cosine decay to 5% of `lr`."
-    if step < warmup: return lr*(step + 1)/warmup
-    p = (step - warmup)/max(1, steps - warmup)
-    return lr*(0.05 + 0.95*0.5*(1 + math.cos(math.pi*min(1.0, p))))
-
-
-# %% ../nbs/11b_miniwan.ipynb #9de5ac67
-def train_loop(model:torch.nn.Module, loss_fn, # loss_fn(step, generator) -> (loss, {name: float})
-               steps:int, ckpt:str|Path|None=None, lr:float=1e-3, warmup:int=100, ema:float=0.999, clip:float=1.0,
-               ckpt_every:int=100, seed:int=0, progress:bool=True, desc:str='train') -> tuple[pd.DataFrame, list]:
-    "Train `model` for `steps` (resuming from `ckpt`); the history and the EMA weights."
-    from tqdm.auto import tqdm
-    params = [p for p in model.parameters() if p.requires_grad]
-    opt = torch.optim.AdamW(params, lr=lr, weight_decay=0.01)
-    shadow, start, rows = [p.detach().clone() for p in params], 0, []
-    ckpt = Path(ckpt) if ckpt else None
-    if ckpt is not None and ckpt.exists():
-        st = torch.load(ckpt, map_location='cpu', weights_only=False)
-        model.load_state_dict(st['model']); opt.load_state_dict(st['opt'])
-        shadow, start, rows = st['ema'], st['step'], st['history']
-    def save(step):
-        tmp = ckpt.with_suffix('.tmp')
-        torch.save(dict(model=model.state_dict(), opt=opt.state_dict(), ema=shadow, step=step, history=rows), tmp)
-        os.replace(tmp, ckpt)
-    model.train()
-    for step in tqdm(range(start, steps), initial=start, total=steps, desc=desc, disable=not progress):
-        for gr in opt.param_groups: gr['lr'] = lr_at(step, steps, lr, warmup)
-        loss, stats = loss_fn(step, torch.Generator().manual_seed(seed*1_000_003 + step))
-        opt.zero_grad(set_to_none=True); loss.backward()
-        gnorm = float(torch.nn.utils.clip_grad_norm_(params, clip))
-        opt.step()
-        with torch.no_grad():
-            d = min(ema, (1 + step)/(10 + step))                           # short memory early on
-            for s, p in zip(shadow, params): s.mul_(d).add_(p.detach(), alpha=1 - d)
-        rows.append(dict(step=step, loss=float(loss.detach()), grad_norm=gnorm, lr=opt.param_groups[0]['lr'], **stats,
-                         time=time.time()))
-        if ckpt is not None and ((step + 1) % ckpt_every == 0 or step + 1 == steps): save(step + 1)
-        # a line a terminal or a papermill log can show
-        if progress and (step + 1) % ckpt_every == 0:
-            recent = rows[-ckpt_every:]
-            print(f"{desc} step {step + 1}/{steps}: loss {np.mean([r['loss'] for r in recent]):.4f}, "
-                  f"{(recent[-1]['time'] - recent[0]['time'])/max(1, len(recent) - 1):.2f} s/step", flush=True)
-    model.eval()
-    return pd.DataFrame(rows), shadow
-
-# %% ../nbs/11b_miniwan.ipynb #8a9a7870
-def load_ema(model:torch.nn.Module, shadow:list):
-    "Copy EMA weights into the trainable parameters of `model`."
-    with torch.no_grad():
-        for p, s in zip([p for p in model.parameters() if p.requires_grad], shadow): p.copy_(s)
-    return model
 
 # %% ../nbs/11b_miniwan.ipynb #86f4e56d
 def vae_loss(vae, x:torch.Tensor, # [B,3,F,H,W] in [-1,1]
@@ -385,93 +328,6 @@ def video_grid(videos:torch.Tensor, frames:int=5) -> np.ndarray: # [B,F,3,H,W] i
     idx = np.linspace(0, videos.shape[1] - 1, frames).round().astype(int)
     v = to_uint8(videos[:, idx])                                         # [B,frames,H,W,3]
     return np.concatenate([np.concatenate(list(row), 1) for row in v], 0)
-
-# %% ../nbs/11b_miniwan.ipynb #a7d48428
-DENOISING_LABEL = ("R_gen stand-in: base mini-Wan denoising likelihood "
-                   "(procedural domain; not HPSv3, not a human preference)")
-
-def _has_adapter(transformer) -> bool: return bool(getattr(transformer, '_hf_peft_config_loaded', False))
-
-def denoising_quality(policy, sigmas=(0.3, 0.5, 0.7), # noise levels to test the video at
-                      seed:int=0, batch:int=8):
-    "A reward `fn(videos, prompts, metas)`: minus the base model's mean flow-matching error on each video's latents."
-    import contextlib
-    vae = policy.pipe.vae
-    def fn(videos, prompts, metas): # videos [B,F,3,H,W] in [0,1]
-        out = []
-        ctx = policy.reference() if _has_adapter(policy.transformer) else contextlib.nullcontext()
-        with torch.no_grad(), ctx:
-            for i in range(0, len(videos), batch):
-                v = videos[i:i + batch].float().to(policy.device)
-                x0 = normalise(vae, vae.encode(v.permute(0, 2, 1, 3, 4)*2 - 1).latent_dist.mean.cpu()).to(policy.device)
-                emb = policy.encode(list(prompts[i:i + batch]))
-                err = torch.zeros(len(v))
-                for k, s in enumerate(sigmas):
-                    g = torch.Generator().manual_seed(seed + k)
-                    noise = torch.randn(x0.shape[1:], generator=g).expand_as(x0).to(x0)
-                    xt = (1 - s)*x0 + s*noise
-                    pred = policy.velocity(xt, torch.tensor(s*1000.0), emb)
-                    err += (pred - (noise - x0)).pow(2).flatten(1).mean(1).cpu()
-                out.append(-err/len(sigmas))
-        scores = torch.cat(out).double()
-        return scores, dict(label=[DENOISING_LABEL]*len(scores))
-    return fn
-
-# %% ../nbs/11b_miniwan.ipynb #b688f6e8
-def mini_prompts(n_main:int=400, n_dynamic:int=80, n_test:int=48, n_test_dynamic:int=16,
-                 seed:int=1) -> dict[str, list[str]]:
-    ("Captions `{main, dynamic, test, test_dynamic}`: training subjects for the first two, held-out subjects for the "
-     "tests.")
-    def take(n_static, n_dyn, split):
-        share = max(n_dyn, 1)/max(n_static + n_dyn, 1)
-        for scale in (1, 2, 4, 8):                                       # plan enough of both kinds
-            plan = plan_corpus(*((scale*(n_static + n_dyn), 0) if split == 'train' else (0, scale*(n_static + n_dyn))),
-                               share, seed=seed)
-            st = list(dict.fromkeys(s.caption for s in plan if not s.dynamic and s.cameras != ['fixed']))
-            dy = list(dict.fromkeys(s.caption for s in plan if s.dynamic))
-            if len(st) >= n_static and len(dy) >= n_dyn: return st[:n_static], dy[:n_dyn]
-        raise ValueError(f"cannot plan {n_static} static and {n_dyn} dynamic distinct {split} captions")
-    main, dyn = take(n_main, n_dynamic, 'train')
-    test, test_dyn = take(n_test, n_test_dynamic, 'test')
-    return dict(main=main, dynamic=dyn, test=test, test_dynamic=test_dyn)
-
-# %% ../nbs/11b_miniwan.ipynb #4eab7aa2
-IMAGE_STATS = ['contrast', 'saturation', 'sharpness', 'temporal']
-
-def image_stats(videos:torch.Tensor) -> pd.DataFrame: # [B,F,3,H,W] in [0,1]
-    "One row per video: contrast, saturation, sharpness and temporal change (see above)."
-    v = videos.detach().float().cpu()
-    lum = (v*torch.tensor([0.299, 0.587, 0.114])[:, None, None]).sum(2)       # [B,F,H,W]
-    lap = (4*lum[..., 1:-1, 1:-1] - lum[..., :-2, 1:-1] - lum[..., 2:, 1:-1] - lum[..., 1:-1, :-2] - lum[..., 1:-1, 2:])
-    temporal = (v[:, 1:] - v[:, :-1]).abs().mean((1, 2, 3, 4)) if v.shape[1] > 1 else torch.zeros(len(v))
-    return pd.DataFrame(dict(contrast=lum.flatten(2).std(-1, correction=0).mean(1),
-                             saturation=(v.amax(2) - v.amin(2)).mean((1, 2, 3)),
-                             sharpness=lap.abs().mean((1, 2, 3)), temporal=temporal)).astype(float)
-
-# %% ../nbs/11b_miniwan.ipynb #deae3723
-def evaluate_videos(videos:torch.Tensor, prompts:list[str], # [B,F,3,H,W] in [0,1]; their captions
-                    cache=None, # a rewards.ReconCache
-                    lpips_model=None, # from metrics.load_lpips
-                    quality=None, # a reward fn (R_gen)
-                   ) -> pd.DataFrame:
-    "One row per video: recon_ok, PSNR, SSIM, LPIPS, s_traj, RotErr, TransErr, dynamics, r_gen and `IMAGE_STATS`."
-    # lazy: the reward stack (metrics, rewards: reconstruction, LPIPS) is loaded only to evaluate a run
-    from worldlab.metrics import camera_metrics, recon_metrics, trajectory_score
-    from worldlab.rewards import ReconCache, consistency_rerender, dynamics_degree
-    cache = cache or ReconCache('fit', depth_prior='procedural')
-    rg = quality(videos, prompts, [{}]*len(prompts))[0] if quality is not None else torch.full((len(videos),), math.nan)
-    rows, stats = [], image_stats(videos).to_dict('records')
-    for v, p, r, st in zip(videos, prompts, rg.tolist(), stats):
-        traj = trajectory_from_prompt(p, v.shape[0], v.shape[2], v.shape[3])
-        rec = cache(v, traj)
-        row = dict(prompt=p, recon_ok=rec.ok, r_gen=r, **st)
-        if rec.ok:
-            row |= recon_metrics(v, consistency_rerender(rec, traj).to(v), lpips_model)
-            row['s_traj'] = trajectory_score(rec.video_c2w, traj)[0]
-            cm = camera_metrics(rec.video_c2w, traj, degrees=True)
-            row |= dict(RotErr=cm['RotErr'], TransErr=cm['TransErr'], dynamics=dynamics_degree(v, rec)[0])
-        rows.append(row)
-    return pd.DataFrame(rows)
 
 # %% ../nbs/11b_miniwan.ipynb #c396d42e
 def save_adapter(policy, folder:str|Path, rank:int, alpha:int, targets=('to_q', 'to_k', 'to_v', 'to_out.0')) -> Path:

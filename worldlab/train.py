@@ -43,8 +43,8 @@ def _world_r1_prompts(variant:str) -> tuple[list, list]:
                 [r.text for r in read_prompt_file(d/'dynamic.txt', 'dynamic').records])
 
 def _mini_prompts() -> tuple[list, list]:
-    "The corpus's captions that mini-Wan trains on (miniwan, and the corpus behind it, load only for these)."
-    from worldlab.miniwan import mini_prompts
+    "The corpus's captions that mini-Wan trains on (the corpus module, and scenes behind it, load only for these)."
+    from worldlab.corpus import mini_prompts
     mp = mini_prompts()
     return mp['main'], mp['dynamic']
 
@@ -76,7 +76,7 @@ def simple_rewards() -> dict:
 def _likelihood_rgen(rc:RunConfig, policy):
     "The base mini-Wan's denoising likelihood (`rgen='mini'`): the first stand-in, which blur and fade game."
     if policy is None: raise ValueError("rgen='mini' scores with the base mini-Wan: pass the policy")
-    from worldlab.miniwan import denoising_quality   # miniwan loads only for this R_gen
+    from worldlab.critic import denoising_quality   # the critic module (and mini-Wan) load only for this R_gen
     return denoising_quality(policy)
 
 def _critic_rgen(rc:RunConfig, policy):
