@@ -143,7 +143,8 @@ def test_search_finds_a_function_on_its_lesson(site, chromium):
 def test_navigation_follows_the_lesson_order(site):
     index = (site/'index.html').read_text()
     toc = re.findall(r'class="toctree-l1"><a class="reference internal" href="([^"#]+)"', index)
-    assert toc[:len(LESSONS)] == [f'{p}.html' for p in LESSONS], toc
+    assert toc[0] == 'findings.html', toc                                  # the findings come first, then the lessons
+    assert toc[1:1 + len(LESSONS)] == [f'{p}.html' for p in LESSONS], toc
     nxt = re.search(r'<a class="next-page" href="([^"]+)"', (site/'01_camera.html').read_text())
     assert nxt and nxt[1] == '02_flow.html', nxt
 
