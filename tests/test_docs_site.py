@@ -15,7 +15,7 @@ from worldlab.docs import chromium_path, check_pages, page_problems
 
 ROOT = Path(__file__).resolve().parents[1]
 WORLDLAB = Path(sys.executable).parent/'worldlab'
-LESSONS = ['00c_docs', '01_camera', '02_flow', 'runs/make_prompts']     # a video; 3D plotly and a table; math; a run's saved figure
+LESSONS = ['01_camera', '02_flow', '92_docs', 'runs/make_prompts']     # 3D plotly and a table; math; a video; a run's saved figure
 PAGES = ['index.html'] + [f'{p}.html' for p in LESSONS]
 browser = pytest.mark.browser
 
@@ -84,7 +84,7 @@ def test_every_figure_is_present_and_not_blank(reports):
     want = {'plotly', 'table'} if _has_world_r1() else {'plotly'}                # the table counts the shared World-R1 prompt files
     assert want <= set(kinds(reports['01_camera.html'])), kinds(reports['01_camera.html'])   # frusta in 3D, that table
     assert 'plotly' in kinds(reports['02_flow.html'])
-    assert 'video' in kinds(reports['00c_docs.html'])
+    assert 'video' in kinds(reports['92_docs.html'])
     assert 'plotly' in kinds(reports['runs/make_prompts.html'])                     # a run notebook's saved figure
     for page, rep in reports.items():
         assert page_problems(rep) == [], page_problems(rep)
@@ -123,13 +123,13 @@ def test_the_check_fails_on_removed_or_blank_figures(site, reports, chromium, tm
     flow = blank/'02_flow.html'                                                      # a plotly figure with no data
     flow.write_text(re.sub(r'(<script type="application/json" class="wl-plotly-spec"[^>]*>)\{"data":\[.*?\],"layout"',
                            r'\1{"data":[],"layout"', flow.read_text(), count=1, flags=re.S))
-    docs = blank/'00c_docs.html'                                                     # a video whose clip is gone
+    docs = blank/'92_docs.html'                                                     # a video whose clip is gone
     docs.write_text(re.sub(r'src="data:video/mp4;base64,[^"]+"', 'src="missing.mp4"', docs.read_text()))
-    problems = [l for r in check_pages(blank, ['index.html', '02_flow.html', '00c_docs.html']) for l in page_problems(r)]
+    problems = [l for r in check_pages(blank, ['index.html', '02_flow.html', '92_docs.html']) for l in page_problems(r)]
     assert any(l.startswith('index.html: img is blank') for l in problems), problems
     assert any(l.startswith('02_flow.html: plotly figure') and 'no traces' in l for l in problems), problems
-    assert any(l.startswith('00c_docs.html: video did not load') for l in problems), problems
-    assert all(page_problems(reports[p]) == [] for p in ['index.html', '02_flow.html', '00c_docs.html'])   # the originals pass
+    assert any(l.startswith('92_docs.html: video did not load') for l in problems), problems
+    assert all(page_problems(reports[p]) == [] for p in ['index.html', '02_flow.html', '92_docs.html'])   # the originals pass
 
 
 @browser

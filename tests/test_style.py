@@ -6,7 +6,7 @@ ROOT = Path(__file__).resolve().parents[1]
 LIMIT = 120                                     # [tool.ruff] line-length in pyproject.toml
 LAZY_UPWARD = {('rewards', 'judge'),           # S_meta asks a VLM judge: imported inside s_meta only (08a -> 09)
                ('reward_service', 'judge'),    # `worldlab-rewards --judge URL` builds the judge's client (08b -> 09)
-               ('runs', 'docs'),               # `worldlab docs` loads the Sphinx stack only when asked (00b -> 00c)
+               ('runs', 'docs'),               # `worldlab docs` loads the Sphinx stack only when asked (91 -> 92)
                ('miniwan', 'adapters')}        # save_adapter / load_rl_adapter go through the adapter formats (11b -> 11d)
 
 

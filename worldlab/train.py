@@ -6,7 +6,7 @@ trainer, its log and curves. The `train` run notebook calls it in one process; `
 
 # %% ../nbs/13_train.ipynb #57bf688c
 from __future__ import annotations
-import argparse, dataclasses, json, os, random, re, sys, tempfile, time
+import argparse, dataclasses, os, random, re, tempfile
 from pathlib import Path
 
 import pandas as pd
@@ -14,12 +14,11 @@ import torch
 
 from .core import (parse_value, pick_device, pick_dtype, project_root, run_ref, save_json, seed_everything,
                            to_uint8, write_video)
-from .figures import save_figure
 from .adapters import export_checkpoint, read_adapter
 from .config import RunConfig, TrainConfig, fields_help, resolve, split
 from .grpo import Trainer
 from .nft import NFTTrainer
-from .memory import check_memory, format_plan, load_activation_fit, memory_plan, plan_size
+from .memory import check_memory, format_plan, plan_size
 from .policy import WanPolicy
 from .prompts import load_world_r1, read_prompt_file
 from .realsize import random_wan
