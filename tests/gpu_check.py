@@ -75,7 +75,7 @@ def generate_videos(preset:str, device:str, out:str) -> dict:
     from worldlab.generate import GenerateConfig, generate
     cfg, rc = resolve(preset, dict(device=device))
     t0 = time.time()
-    res = generate(cfg, rc, GenerateConfig(prompts='mini:test', limit=2, seeds='1', adapters='data/mini_wan_rl'),
+    res = generate(cfg, rc, GenerateConfig(prompts='corpus:test', limit=2, seeds='1', adapters='data/mini_wan_rl'),
                    Path(out)/f'generate_{device}', progress=False)
     frames = [read_video(Path(out)/f'generate_{device}'/'videos'/f'{s}.mp4')[0] for s in sorted(res.made + res.kept)]
     return dict(seconds=round(time.time() - t0, 1), videos=len(frames), frames=frames)

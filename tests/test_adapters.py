@@ -75,7 +75,7 @@ def mini_adapter(tmp_path_factory):
     on = _predict(pol, x)
     with pol.reference(): off = _predict(pol, x)
     assert (on - off).abs().max() > 1e-2
-    return export_adapter(pol, tmp_path_factory.mktemp('mini')/'adapter', 4, 8, TARGETS, meta={'model': 'mini'}), x, on, off
+    return export_adapter(pol, tmp_path_factory.mktemp('mini')/'adapter', 4, 8, TARGETS, meta={'model': 'miniwan'}), x, on, off
 
 
 def test_diffusers_loads_a_worldlab_adapter_into_mini_wan(mini_adapter):

@@ -124,7 +124,7 @@ def test_release_rollout_is_unipc_and_rescored_by_the_release_formula():
     pol = WanPolicy.tiny(seed=0)
     emb = pol.encode(['camera push in a red house']*2)
     x0 = torch.randn(2, *pol.latent_shape(9, 32, 32), generator=torch.Generator().manual_seed(0))
-    roll = sample(pol, emb, x0, num_steps=5, form='release', decode=False)
+    roll = sample(pol, emb, x0, num_steps=5, sde_form='release', decode=False)
     u = UniPCMultistepScheduler(prediction_type='flow_prediction', use_flow_sigmas=True, flow_shift=3.0)
     u.set_timesteps(5)
     x = x0

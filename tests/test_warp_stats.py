@@ -170,7 +170,7 @@ def coherence_ratios(seed:int) -> tuple[float, float]:
     lat = tr.at(slice(None, None, 4)).resized(60, 104)
     g = torch.Generator().manual_seed(seed)
     a = aligned_correlation(camera_noise(tr, degradation=0, generator=g).movedim(1, 0), lat, (1, 8))
-    m = aligned_correlation(camera_noise(tr, method='frame_to_frame', degradation=0, generator=g).movedim(1, 0), lat, (1, 8))
+    m = aligned_correlation(camera_noise(tr, warp_method='frame_to_frame', degradation=0, generator=g).movedim(1, 0), lat, (1, 8))
     return a[8]/a[1], m[8]/m[1]
 
 

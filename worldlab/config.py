@@ -13,7 +13,7 @@ from pathlib import Path
 from .core import _key_line, ini_parser, load_preset, project_root
 
 # %% auto #0
-__all__ = ['TrainConfig', 'RunConfig', 'field_types', 'check_value', 'split', 'flat', 'resolve', 'fields_help']
+__all__ = ['RENAMED', 'TrainConfig', 'RunConfig', 'field_types', 'check_value', 'split', 'flat', 'resolve', 'fields_help']
 
 # %% ../nbs/12_config.ipynb #637421e9
 @dataclass
@@ -77,11 +77,11 @@ class TrainConfig:
 @dataclass
 class RunConfig:
     "What a training run uses, beside the algorithm's `TrainConfig`: the model, prompts, rewards, length and saving."
-    model:str = 'tiny'               # tiny (built offline), mini (shipped mini-Wan), Diffusers Wan2.1 T2V folder/hub id
+    model:str = 'tiny'               # tiny (built offline), miniwan (shipped mini-Wan), a Diffusers Wan2.1 folder or id
                                      # or random:wan2.1-1.3b / -14b (real architecture, random weights)
     device:str = 'cpu'
     dtype:str = 'fp32'
-    prompts:str = 'final'            # World-R1 prompt set (final, enhanced), mini (corpus captions), or a .txt file
+    prompts:str = 'final'            # World-R1's set (final, enhanced), corpus (mini-Wan's captions), or a .txt file
     dynamic_subset:int = 0           # prompts kept in the dynamic subset (0: all of the set's dynamic prompts)
     main_subset:int = 0              # main prompts kept after the seeded shuffle (0: all); the paper's Table E: 1K-3K
     steps:int = 3                    # GRPO steps in total (a resumed run continues up to it)
@@ -90,10 +90,10 @@ class RunConfig:
     reward_url:str = ''              # a worldlab-rewards service for the weighted rewards ('' : in process)
     recon:str = 'fit'                # in-process 3D reward: reconstruction backend (fit on CPU, da3 on GPU)
     lpips:str = 'imagenet'           # in-process S_recon: LPIPS trunk (random only for plumbing runs, labelled)
-    rgen:str = ''                    # in-process R_gen: hpsv3, hpsv2 (release), standin, critic, mini; '' off
+    rgen:str = ''                    # in-process R_gen: hpsv3, hpsv2 (release), standin, quality, likelihood; '' off
     recon_opts:dict = field(default_factory=dict)  # in-process 3D: reconstruct() options: FitConfig fields, depth_prior
     r3d_parts:dict = field(default_factory=dict)  # R_3D's parts and weights ({}: World-R1's s_meta + s_recon + s_traj)
-    transformer:str = ''             # model=mini: a transformer folder used in it (data/mini_wan_layout/transformer)
+    transformer:str = ''             # model=miniwan: a transformer folder used in it (data/mini_wan_layout/transformer)
     judge_url:str = ''               # in-process S_meta: an OpenAI-compatible VLM endpoint ('' : S_meta cannot score)
     pair_orders:str = 'swap'         # win_rate_* / worldreward_* rewards: swap (each pair once, a random side: the
                                      # release) | both (every pair in both orders: a judge's position bias cancels)
@@ -113,6 +113,9 @@ def field_types() -> dict[str, object]:
     return _types(TrainConfig) | _types(RunConfig)
 
 # %% ../nbs/12_config.ipynb #033a2eec
+RENAMED = {('rgen', 'mini'): 'likelihood',   # (field, old value) -> its name now; recorded runs keep reading
+           ('rgen', 'critic'): 'quality', ('model', 'mini'): 'miniwan', ('prompts', 'mini'): 'corpus'}
+
 def _type_name(t) -> str:
     return getattr(t, '__name__', None) or str(t)
 
@@ -131,7 +134,8 @@ def check_value(key:str, value, # a setting's name and a value for it
     if base is tuple:
         if isinstance(value, str): return tuple(s.strip() for s in value.split(',') if s.strip())
         if isinstance(value, (list, tuple)) and all(isinstance(x, str) for x in value): return tuple(value)
-    elif isinstance(value, base) and not (base is not bool and isinstance(value, bool)): return value
+    elif isinstance(value, base) and not (base is not bool and isinstance(value, bool)):
+        return RENAMED.get((key, value), value) if isinstance(value, str) else value
     raise TypeError(f"{where}{key} = {value!r}: expected {_type_name(t)}, got {type(value).__name__}")
 
 # %% ../nbs/12_config.ipynb #317453fc

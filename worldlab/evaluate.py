@@ -205,7 +205,7 @@ def plan_camera(prompt:str, camera:dict|None, plan:dict) -> Trajectory:
     return t.at(plan['frames']).resized(plan['H'], plan['W'])
 
 # %% ../nbs/13b_evaluate.ipynb #326f26bf
-RGEN_SOURCES = ('none', 'critic', 'hpsv3', 'hpsv2')
+RGEN_SOURCES = ('none', 'quality', 'hpsv3', 'hpsv2')
 
 @dataclass
 class Backends:
@@ -220,16 +220,16 @@ class Backends:
 # %% ../nbs/13b_evaluate.ipynb #1d6fc9c8
 def _quality(rgen:str, device:str):
     if rgen == 'none': return None, 'not scored'
-    if rgen == 'critic':
-        from worldlab.critic import CRITIC_LABEL, critic_quality
-        return critic_quality(), CRITIC_LABEL
+    if rgen == 'quality':
+        from worldlab.quality import QUALITY_LABEL, quality_reward
+        return quality_reward(), QUALITY_LABEL
     from worldlab.rewards import hpsv2_scorer, hpsv3_scorer, r_gen_reward
     scorer = (hpsv3_scorer if rgen == 'hpsv3' else hpsv2_scorer)(device)
     return r_gen_reward(scorer), f"{scorer.label} (mean over the first 4 frames)"
 
 def load_backends(recon:str='fit', # fit (CPU analysis by synthesis) | da3 (Depth Anything 3, GPU)
                   lpips:str='imagenet', # imagenet (the real metric) | random (plumbing only, labelled)
-                  rgen:str='none', # none | critic (stand-in, labelled) | hpsv3 | hpsv2
+                  rgen:str='none', # none | quality (stand-in, labelled) | hpsv3 | hpsv2
                   recon_opts:dict|None=None, # options of recon.reconstruct (default fit: the mini preset's)
                   device:str='cpu',
                   vbench:str='none', # none | real (VBench's backbones) | tiny (random, plumbing only, labelled)
@@ -239,6 +239,7 @@ def load_backends(recon:str='fit', # fit (CPU analysis by synthesis) | da3 (Dept
                  ) -> Backends:
     "The reconstruction, LPIPS, R_gen, MVCS and VBench models, checked and labelled (a missing weight is an error)."
     if recon not in ('fit', 'da3'): raise ValueError(f"recon must be 'fit' or 'da3', got {recon!r}")
+    rgen = {'critic': 'quality'}.get(rgen, rgen)                       # its old name, in recorded runs
     if rgen not in RGEN_SOURCES: raise ValueError(f"rgen must be one of {', '.join(RGEN_SOURCES)}, got {rgen!r}")
     if vbench not in ('none', 'real', 'tiny'): raise ValueError(f"vbench must be none, real or tiny, got {vbench!r}")
     vb = None if vbench == 'none' else tiny_vbench() if vbench == 'tiny' else load_vbench(weights=vbench_weights,

@@ -31,13 +31,15 @@ __all__ = ['PROMPT_SETS', 'DYNAMIC_SPLITS', 'NOISE_NAMES', 'SAMPLERS', 'SIDECAR_
 
 # %% ../nbs/13a_generate.ipynb #8e7adce1
 PROMPT_SETS = {'worldlab-v1': ('train', 'dynamic', 'test'), 'world-r1-final': ('train', 'dynamic', 'test'),
-               'world-r1-enhanced': ('train', 'dynamic', 'test'), 'mini': ('train', 'dynamic', 'test', 'test_dynamic')}
-_ALIASES = {'final': 'world-r1-final', 'enhanced': 'world-r1-enhanced'}   # RunConfig.prompts' names
+               'world-r1-enhanced': ('train', 'dynamic', 'test'),
+               'corpus': ('train', 'dynamic', 'test', 'test_dynamic')}
+_ALIASES = {'final': 'world-r1-final', 'enhanced': 'world-r1-enhanced',   # RunConfig.prompts' names
+            'mini': 'corpus'}                                             # the corpus's old name
 
 # %% ../nbs/13a_generate.ipynb #09a2c618
 def _set_prompts(name:str, split:str) -> list[str]:
     "The prompts of a shipped set's split (both checked by `read_prompts`)."
-    if name == 'mini':
+    if name == 'corpus':
         from worldlab.corpus import mini_prompts   # lazy: the corpus (and scenes) only for its captions
         return mini_prompts()['main' if split == 'train' else split]
     if name == 'worldlab-v1':
@@ -176,7 +178,7 @@ def sample_videos(policy, cfg:TrainConfig, prompts:list[str], seeds:list[int], s
     with torch.no_grad():
         roll = sample(policy, emb, x0, cfg.num_steps, cfg.guidance_scale, neg, cfg.noise_level if sde else 0.0,
                       None if sde else (0, 0), batch_injector([n[1] for n in noise]),
-                      form=cfg.sde_form if sde else 'flow_grpo', step_noise=draws)
+                      sde_form=cfg.sde_form if sde else 'flow_grpo', step_noise=draws)
     return roll.video.float().cpu()
 
 # %% ../nbs/13a_generate.ipynb #7c6d3943
@@ -213,11 +215,11 @@ def model_record(rc:RunConfig, policy) -> dict:
     "The sidecar's `model`: its name, its folder and a content hash (call before adapters are attached)."
     if rc.model == 'tiny':
         return dict(name='tiny', path='', hash=weights_hash(policy.transformer), hash_of='transformer weights (built)')
-    if rc.model == 'mini':
-        from worldlab.miniwan import mini_wan_dir   # lazy: miniwan, only for model='mini'
+    if rc.model == 'miniwan':
+        from worldlab.miniwan import mini_wan_dir   # lazy: miniwan, only for model='miniwan'
         folder, tr = mini_wan_dir(), rc.transformer
         tp = Path(tr) if not tr or Path(tr).is_absolute() or Path(tr).exists() else project_root()/tr
-        return dict(name='mini', path=str(folder), transformer=str(tp) if tr else '',
+        return dict(name='miniwan', path=str(folder), transformer=str(tp) if tr else '',
                     hash=files_hash(tp if tr else folder/'transformer'), hash_of='transformer files')
     folder = Path(rc.model) if Path(rc.model).is_dir() else _hub_folder(rc.model)
     if folder is not None and (folder/'transformer').is_dir():

@@ -209,7 +209,7 @@ def camera_noise_draws(policy, cfg:TrainConfig, traj, n:int, generator:torch.Gen
                       ) -> torch.Tensor:
     "n draws `[n,C,T,h,w]` of noise warped along `traj` the config's way (method, degradation, depth) from `generator`."
     C = policy.latent_shape(cfg.num_frames, cfg.height, cfg.width)[0]
-    return torch.stack([camera_noise(traj, C, *policy.vae_scale, method=cfg.warp_method,
+    return torch.stack([camera_noise(traj, C, *policy.vae_scale, warp_method=cfg.warp_method,
                                      degradation=cfg.noise_degradation, depth=depth, generator=generator)
                         for _ in range(n)])
 
@@ -299,7 +299,7 @@ def rollout(self:Trainer, prompts:list[str], mine:list[int], # the batch's promp
         with torch.no_grad():
             rolls.append(sample(self.policy, emb, x0, c.num_steps, c.guidance_scale, neg, c.noise_level, win,
                                 inject, torch.Generator().manual_seed(_seed(c.seed, self.step, gidx, 3)),
-                                form=c.sde_form, step_noise=self.step_noise(prompts[gidx], gidx)))
+                                sde_form=c.sde_form, step_noise=self.step_noise(prompts[gidx], gidx)))
         embs.append(emb)
     return rolls, embs
 

@@ -313,7 +313,7 @@ def trajectory_score_exact_release(est, # estimated c2w [F,4,4] (its reconstruct
 
 # %% ../nbs/08_metrics.ipynb #32398ae8
 def trajectory_score(est, cmd, # estimated and commanded camera poses: c2w [F,4,4] (or Trajectory), same F
-           form:str='release', # 'paper': exp of aligned L2 / geodesic errors; 'release': the motion-profile score
+           traj_form:str='release', # 'paper': exp of aligned L2 / geodesic errors; 'release': the motion-profile score
            z_ref:float|None=None, # unit of commanded lengths; None: cmd.z_ref for a Trajectory, else 1
            ransac:bool|None=None, # None: RANSAC alignment from 6 frames on (the release)
            tau:float=0.1, # paper form: tolerance in radians of view angle (tau*z_ref and degrees(tau))
@@ -321,13 +321,14 @@ def trajectory_score(est, cmd, # estimated and commanded camera poses: c2w [F,4,
            align:str='worldlab', # release form: worldlab (always aligned) | release (`trajectory_score_exact_release`)
           ) -> tuple[float, dict]:
     "Trajectory-following score in [0, 1] and its parts; NaN with `info['reason']` when it cannot score."
-    if form not in ('paper', 'release'): raise ValueError(f"unknown S_traj form {form!r}; use 'paper' or 'release'")
+    if traj_form not in ('paper', 'release'):
+        raise ValueError(f"unknown S_traj form {traj_form!r}; use 'paper' or 'release'")
     if align not in ('worldlab', 'release'): raise ValueError(f"align must be 'worldlab' or 'release', got {align!r}")
     z_ref = z_ref or (cmd.z_ref if isinstance(cmd, Trajectory) else 1.0)
     est, cmd = pose_pair(est, cmd)
     if not (torch.isfinite(est).all() and torch.isfinite(cmd).all()): return math.nan, dict(reason='non-finite poses')
     if len(est) < 2: return math.nan, dict(reason='fewer than 2 poses: no motion to compare')
-    if form == 'paper': return _trajectory_score_paper(est, cmd, z_ref, ransac, tau)
+    if traj_form == 'paper': return _trajectory_score_paper(est, cmd, z_ref, ransac, tau)
     if align == 'release': return trajectory_score_exact_release(est, cmd, z_ref)
     return _trajectory_score_release(est, cmd, z_ref, ransac, static_scale)
 
@@ -362,12 +363,13 @@ MOTION_CLASS = {'push_in': 'in', 'pull_out': 'out', 'move_left': 'left', 'move_r
 
 def classify_camera(est, # estimated poses: c2w [F,4,4] (or Trajectory)
                     H:int=64, W:int=64, # the video size the candidate paths are made for
-                    form:str='release', # S_traj form
+                    traj_form:str='release', # S_traj form
                    ) -> tuple[str, str, dict]:
     ("The primitive whose path the estimated cameras follow best (highest S_traj), its class, and every primitive's "
      "score.")
     est = as_c2w(est)
-    scores = {p: trajectory_score(est, chain_trajectory([p], len(est), H, W), form=form)[0] for p in MOTION_CLASS}
+    scores = {p: trajectory_score(est, chain_trajectory([p], len(est), H, W), traj_form=traj_form)[0]
+              for p in MOTION_CLASS}
     finite = {p: s for p, s in scores.items() if math.isfinite(s)}
     if not finite: return '', '', scores
     best = max(finite, key=finite.get)

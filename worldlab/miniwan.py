@@ -26,7 +26,7 @@ __all__ = ['LAYOUT_TRANSFORMER', 'NOISES', 'SDE_SEED', 'caption_words', 'corpus_
            'build_mini_wan', 'count_parameters', 'shipped_dir', 'mini_wan_dir', 'load_mini_wan', 'Clips', 'load_clips',
            'to_vae', 'vae_loss', 'vae_batches', 'vae_roundtrip', 'scene_caption', 'training_caption', 'shifted_sigma',
            'training_noise', 'flow_matching_loss', 'encode_clips', 'set_latent_stats', 'normalise', 'initial_latents',
-           'generate', 'video_grid', 'save_adapter', 'load_rl_adapter']
+           'noise_name', 'generate', 'video_grid', 'save_adapter', 'load_rl_adapter']
 
 # %% ../nbs/11b_miniwan.ipynb #5de60779
 def caption_words(captions:list[str]) -> list[str]:
@@ -265,7 +265,8 @@ def normalise(vae, latents:torch.Tensor) -> torch.Tensor:
     return (latents - mean)/std
 
 # %% ../nbs/11b_miniwan.ipynb #5b8a3fe5
-NOISES = ('plain', 'warped', 'layout', 'clip')   # generate()'s initial noises
+NOISES = {'plain': ('none', ''), 'warped': ('init', ''),   # generate()'s initial noises, each as the training settings
+          'layout': ('init', 'layout'), 'clip': ('init', 'clip')}   # (injection, warp_depth) that start from it
 
 def initial_latents(policy, prompts:list[str], seeds:list[int], num_frames:int=17, H:int=64, W:int=64,
                     noise:str='warped', degradation:float=0.0,
@@ -293,6 +294,18 @@ def _draws(policy, prompts, gens, num_frames, H, W, noise, degradation, depths, 
                                       degradation=degradation, generator=g,
                                       depth=depths[i] if noise == 'clip' else layout))
     return torch.stack(out)
+
+# %% ../nbs/11b_miniwan.ipynb #79c6c2df
+def noise_name(injection:str|None, # TrainConfig.injection: init | none (None reads as none)
+               warp_depth:str='', # TrainConfig.warp_depth: '' (one plane) | layout
+              ) -> str:
+    "The `NOISES` name of the initial noise a run with these training settings starts from."
+    if injection in (None, 'none'): return 'plain'                     # no warp: the depth is not used
+    name = next((n for n, f in NOISES.items() if f == (injection, warp_depth) and n != 'clip'), None)
+    if name is None:
+        raise ValueError(f"generate() draws its camera noise once, at the start: it needs injection 'init' or 'none' "
+                         f"and warp_depth '' or 'layout', got injection={injection!r}, warp_depth={warp_depth!r}")
+    return name
 
 # %% ../nbs/11b_miniwan.ipynb #5560e7a6
 @torch.no_grad()

@@ -114,7 +114,9 @@ def release_render_path(c2w:torch.Tensor) -> torch.Tensor: # [F,4,4] estimated c
 
 
 # %% ../nbs/08a_rewards.ipynb #e7c36828
-def s_traj(rec, traj:Trajectory, form:str='release', **kw) -> tuple[float, dict]: # a Reconstruction; the commanded path
+def s_traj(rec, # a Reconstruction
+           traj:Trajectory, # the commanded path
+           traj_form:str='release', **kw) -> tuple[float, dict]:
     ("S_traj of the camera path the video shows (`rec.video_c2w`) against the commanded one; "
      "NaN with a reason when it cannot score.")
     if kw.get('align') == 'release' and traj.note == NO_CAMERA_PHRASE:   # the release has no trajectory and scores 0
@@ -123,7 +125,7 @@ def s_traj(rec, traj:Trajectory, form:str='release', **kw) -> tuple[float, dict]
     est = rec.video_c2w
     if not torch.isfinite(est).all():
         return math.nan, dict(reason=f"camera tracking failed: {rec.info.get('track_reason', 'non-finite poses')}")
-    return trajectory_score(est, traj, form=form, **kw)
+    return trajectory_score(est, traj, traj_form=traj_form, **kw)
 
 # %% ../nbs/08a_rewards.ipynb #2feafcb0
 META_RUBRIC = (
@@ -305,11 +307,14 @@ def make_rewards(recon_backend:str='fit', lpips:str='imagenet', judge=None,
                  rgen:str|None=None, # 'hpsv3', 'hpsv2', 'standin' or None
                  first_k:int=4, device:str='cpu', recon_opts:dict|None=None, cache:ReconCache|None=None,
                  parts:dict|None=None, # R_3D's components (None: World-R1's s_meta + s_recon + s_traj)
-                 form:str='worldlab', # worldlab | release: the release's S_traj, S_recon path, S_meta and R_gen
+                 reward_form:str='worldlab', # worldlab | release: the release's S_traj, S_recon path, S_meta, R_gen
+                 form:str|None=None, # reward_form's old name (`worldlab-rewards --form`)
                  **kw) -> dict:
     "The reward registry World-R1 trains with: s_recon, s_traj, s_meta, reward_3d and (with `rgen`) reward_general."
-    if form not in ('worldlab', 'release'): raise ValueError(f"form must be 'worldlab' or 'release', got {form!r}")
-    if form == 'release': kw = dict(traj_form='release', traj_align='release', recon_path='release',
+    reward_form = form or reward_form
+    if reward_form not in ('worldlab', 'release'):
+        raise ValueError(f"reward_form must be 'worldlab' or 'release', got {reward_form!r}")
+    if reward_form == 'release': kw = dict(traj_form='release', traj_align='release', recon_path='release',
                                     meta_view_kind='release', meta_scoring='expectation') | kw
     cache = cache or ReconCache(recon_backend, **(recon_opts or {}))
     lp = load_lpips(lpips, device)
@@ -317,7 +322,7 @@ def make_rewards(recon_backend:str='fit', lpips:str='imagenet', judge=None,
            's_recon': reward_3d(cache, lp, judge, parts=dict(s_recon=1.0), **kw),
            's_traj': reward_3d(cache, lp, judge, parts=dict(s_traj=1.0), **kw),
            's_meta': reward_3d(cache, lp, judge, parts=dict(s_meta=1.0), **kw)}
-    how = dict(frames='random', jpeg=True) if form == 'release' else {}
+    how = dict(frames='random', jpeg=True) if reward_form == 'release' else {}
     scorers = dict(hpsv3=hpsv3_scorer, hpsv2=hpsv2_scorer, standin=lambda device: standin_quality_scorer())
     if rgen in scorers: out['reward_general'] = r_gen_reward(scorers[rgen](device), first_k, **how)
     elif rgen is not None: raise ValueError(f"rgen must be 'hpsv3', 'hpsv2', 'standin' or None, got {rgen!r}")

@@ -98,7 +98,7 @@ def release_sample(policy, emb:torch.Tensor, x0:torch.Tensor, num_steps:int=20, 
             x = nxt
     stack = lambda xs, like: torch.stack(xs, 1) if xs else like.new_zeros(len(like), 0, *like.shape[1:])
     roll = Rollout(stack(keep_x, x0), stack(keep_s, x0), stack(keep_lp, x0[:, 0, 0, 0, 0]), steps, x,
-                   form='release', sigmas=sig, timesteps=ts)
+                   sde_form='release', sigmas=sig, timesteps=ts)
     if decode: roll.video = policy.decode(x)
     return roll
 
@@ -112,7 +112,7 @@ class Rollout:
     steps: list[int]                      # schedule indices of the S SDE steps
     final: torch.Tensor                   # [B,...] final latents
     video: torch.Tensor|None = None       # [B,F,3,H,W] in [0,1]
-    form: str = 'flow_grpo'               # how the transitions are scored (see `sde_step`, `release_step`)
+    sde_form: str = 'flow_grpo'             # how the transitions are scored (see `sde_step`, `release_step`)
     sigmas: torch.Tensor|None = None      # [N+1] the schedule the rollout used (release form: UniPC's)
     timesteps: torch.Tensor|None = None   # [N] the model timesteps it used (release form: UniPC's)
 
@@ -123,14 +123,15 @@ def sample(policy, emb:torch.Tensor, x0:torch.Tensor, # policy; prompt embedding
            window:tuple[int, int]|None=None, # [start, end) of SDE steps (None: all)
            inject=None, # inject(latents, step) -> latents, after each step
            generator:torch.Generator|None=None, decode:bool=True,
-           form:str='flow_grpo', # flow_grpo: SDE steps in the window | release: UniPC rollout (`release_sample`)
+           sde_form:str='flow_grpo', # flow_grpo: SDE steps in the window | release: UniPC rollout (`release_sample`)
            step_noise=None, # step_noise(i) -> [B,...]: SDE step i's standard-normal draw (None: iid from `generator`)
           ) -> Rollout:
     "Sample latents (ODE outside the SDE window) and keep the SDE transitions."
-    if form == 'release':
-        if step_noise is not None: raise ValueError("step_noise needs form='flow_grpo': the release's UniPC draws none")
+    if sde_form == 'release':
+        if step_noise is not None:
+            raise ValueError("step_noise needs sde_form='flow_grpo': the release's UniPC draws none")
         return release_sample(policy, emb, x0, num_steps, guidance, neg, window, inject, decode)
-    if form != 'flow_grpo': raise ValueError(f"form must be 'flow_grpo' or 'release', got {form!r}")
+    if sde_form != 'flow_grpo': raise ValueError(f"sde_form must be 'flow_grpo' or 'release', got {sde_form!r}")
     sig, ts = policy.schedule(num_steps)
     lo, hi = window or (0, num_steps)
     x, keep_x, keep_s, keep_lp, steps = x0, [], [], [], []
@@ -154,12 +155,12 @@ def sample(policy, emb:torch.Tensor, x0:torch.Tensor, # policy; prompt embedding
 def logprob(policy, roll:Rollout, j:int, emb:torch.Tensor, num_steps:int, # transition j of the window
             guidance:float=1.0, neg:torch.Tensor|None=None, noise_level:float=0.7, reference:bool=False):
     "`(log_prob [B], mean, std)` of the stored sample of SDE step j under the current (or reference) weights."
-    sig, ts = (roll.sigmas, roll.timesteps) if roll.form == 'release' else policy.schedule(num_steps)
+    sig, ts = (roll.sigmas, roll.timesteps) if roll.sde_form == 'release' else policy.schedule(num_steps)
     i = roll.steps[j]
     ctx = policy.reference() if reference else _nullcontext()
     with ctx:
         v = policy.velocity(roll.latents[:, j], ts[i], emb, neg, guidance)
-    if roll.form == 'release':
+    if roll.sde_form == 'release':
         return release_step(v, roll.latents[:, j], float(sig[i]), float(sig[i + 1]), float(sig[0]), float(sig[-1]),
                             roll.samples[:, j])
     _, lp, mean, std = sde_step(v, roll.latents[:, j], float(sig[i]), float(sig[i + 1]), float(sig[1]), noise_level,

@@ -49,7 +49,7 @@ def _mini_prompts() -> tuple[list, list]:
 
 # RunConfig.prompts -> (main, dynamic) prompt lists; any other value is a text file of prompts
 PROMPT_SETS = {'final': lambda: _world_r1_prompts('final'), 'enhanced': lambda: _world_r1_prompts('enhanced'),
-               'mini': _mini_prompts}
+               'corpus': _mini_prompts}
 
 def load_prompt_sets(spec:str, seed:int=0) -> tuple[list[str], list[str]]:
     ("Main and dynamic prompt lists, shuffled by `seed`: a named set of `PROMPT_SETS` (World-R1's, mini-Wan's "
@@ -73,18 +73,18 @@ def simple_rewards() -> dict:
 
 # %% ../nbs/13_train.ipynb #145f9d85
 def _likelihood_rgen(rc:RunConfig, policy):
-    "The base mini-Wan's denoising likelihood (`rgen='mini'`): the first stand-in, which blur and fade game."
-    if policy is None: raise ValueError("rgen='mini' scores with the base mini-Wan: pass the policy")
-    from worldlab.critic import denoising_quality   # the critic module (and mini-Wan) load only for this R_gen
+    "The base mini-Wan's denoising likelihood (`rgen='likelihood'`): the first stand-in, which blur and fade game."
+    if policy is None: raise ValueError("rgen='likelihood' scores with the base mini-Wan: pass the policy")
+    from worldlab.quality import denoising_quality   # the quality model module (and mini-Wan) load only for this R_gen
     return denoising_quality(policy)
 
-def _critic_rgen(rc:RunConfig, policy):
-    "The learned clip critic shipped in `data/mini_critic/` (`rgen='critic'`, the `mini` preset's R_gen)."
-    from worldlab.critic import critic_quality
-    return critic_quality()
+def _quality_rgen(rc:RunConfig, policy):
+    "The learned clip-quality model shipped in `data/mini_quality/` (`rgen='quality'`, the `mini` preset's R_gen)."
+    from worldlab.quality import quality_reward
+    return quality_reward()
 
 # RunConfig.rgen -> (rc, policy) -> an R_gen reward; names not here go to rewards.make_rewards (hpsv3, hpsv2, standin)
-RGEN = {'mini': _likelihood_rgen, 'critic': _critic_rgen}
+RGEN = {'likelihood': _likelihood_rgen, 'quality': _quality_rgen}
 
 def _base_rewards(names:list, rc:RunConfig, policy=None) -> dict:
     "Rewards for `names` that are not simple: from a reward service, or the in-process 3D reward and R_gen."
@@ -98,14 +98,14 @@ def _base_rewards(names:list, rc:RunConfig, policy=None) -> dict:
         judge = OpenAIBackend(rc.judge_url)
     local = RGEN.get(rc.rgen)            # the miniature's R_gen; others (hpsv3, hpsv2, standin) come from make_rewards
     heavy = make_rewards(rc.recon, rc.lpips, judge, None if local else (rc.rgen or None), device=rc.device,
-                         recon_opts=dict(rc.recon_opts), parts=dict(rc.r3d_parts) or None, form=rc.reward_form)
+                         recon_opts=dict(rc.recon_opts), parts=dict(rc.r3d_parts) or None, reward_form=rc.reward_form)
     if local: heavy['reward_general'] = local(rc, policy)
     missing = [k for k in names if k not in heavy]
     if missing: raise ValueError(f"rewards {missing} are not available: known {sorted(simple_rewards() | heavy)} "
                                  "(reward_general needs rgen=hpsv3 or a reward_url service)")
     return heavy
 
-def build_rewards(weights:dict, rc:RunConfig, policy=None, # policy: for rgen='mini'
+def build_rewards(weights:dict, rc:RunConfig, policy=None, # policy: for rgen='likelihood'
                   work_dir:str|Path|None=None) -> dict: # where the judge's chunks go (worldreward_*)
     ("The registry for the weighted names: simple rewards, a reward service or the in-process 3D reward; "
      "`win_rate_<name>`: Pref-GRPO win rates of any of them within each prompt's group; `worldreward_action` / "
@@ -134,13 +134,13 @@ def _mini_policy(rc:RunConfig, dev):
     return load_mini_wan(device=dev, transformer=rc.transformer or None)
 
 # RunConfig.model -> (rc, device) -> a policy; other values are `random:NAME` or a Wan2.1 checkpoint
-POLICIES = {'tiny': lambda rc, dev: WanPolicy.tiny(seed=0, device=dev), 'mini': _mini_policy}
+POLICIES = {'tiny': lambda rc, dev: WanPolicy.tiny(seed=0, device=dev), 'miniwan': _mini_policy}
 
 def load_policy(rc:RunConfig):
     ("The run's policy: the tiny twin, the shipped mini-Wan, a Wan2.1 checkpoint, or `random:wan2.1-1.3b` (-14b): the "
      "real architecture with random weights and a stand-in text encoder.")
-    if rc.transformer and rc.model != 'mini':
-        raise ValueError(f"transformer={rc.transformer!r} replaces mini-Wan's transformer: it needs model='mini', "
+    if rc.transformer and rc.model != 'miniwan':
+        raise ValueError(f"transformer={rc.transformer!r} replaces mini-Wan's transformer: it needs model='miniwan', "
                          f"got {rc.model!r}")
     dev = pick_device(rc.device)                     # under accelerate or torchrun: this process's GPU
     if rc.model.startswith('random:'):               # asked for by name: the real architecture, random weights

@@ -427,7 +427,8 @@ WARP_METHOD_ALIASES = {'integral': 'anchored'}                # older name, stil
 # %% ../nbs/03_warp.ipynb #13bf9f23
 def camera_noise(traj:Trajectory, # poses for every video frame (4k+1 of them)
                  channels:int=16, temporal:int=4, spatial:int=8, # the VAE's compression
-                 method:str='anchored', # anchored (integral, exact), frame_to_frame (integral/step), discrete (release)
+                 warp_method:str='anchored', # anchored (integral, exact), frame_to_frame (integral/step), discrete
+                                             # (release): TrainConfig.warp_method's values
                  subpixel:int=4, # anchored: field cells per latent pixel along each axis
                  warp_scale:int=16, # discrete: warp grid / latent grid (release: 16)
                  degradation:float=0.35, # fresh-noise share mixed in afterwards (release: 0.35)
@@ -437,25 +438,27 @@ def camera_noise(traj:Trajectory, # poses for every video frame (4k+1 of them)
                  device=None, # 'cpu' (default) or 'cuda'
                  depth:torch.Tensor|None=None, # anchored only: first-frame depth [H,W] in units of z_ref (parallax,
                                                # `depth_warp`; worldlab's extension); None: the paper's one plane
+                 method:str|None=None, # warp_method's old name (recorded notebooks)
                 ) -> torch.Tensor:
     "Camera-warped Wan latent noise `[C,T,h,w]` for a trajectory."
     C, T, h, w = wan_latent_shape(len(traj), traj.H, traj.W, channels, temporal, spatial)
     lat = traj.at(slice(None, None, temporal))                           # poses at latent frame times
-    method = WARP_METHOD_ALIASES.get(method, method)
-    if depth is not None and method != 'anchored':
-        raise ValueError(f"a depth map is used by method='anchored' only, got method={method!r}")
+    warp_method = method or warp_method
+    warp_method = WARP_METHOD_ALIASES.get(warp_method, warp_method)
+    if depth is not None and warp_method != 'anchored':
+        raise ValueError(f"a depth map is used by warp_method='anchored' only, got {warp_method!r}")
     if depth is not None: frames = depth_warp(lat, depth, (C, h, w), subpixel, generator, dtype, device)
-    elif method == 'anchored':
+    elif warp_method == 'anchored':
         frames = anchored_warp(trajectory_homographies(lat, h, w), (C, h, w), subpixel, generator, dtype, device)
-    elif method == 'frame_to_frame':
+    elif warp_method == 'frame_to_frame':
         flows = trajectory_flows(lat, h, w, clamp=clamp, at='corners')
         frames = warp_noise(flows, shape=(C, h, w), generator=generator, dtype=dtype, device=device)
-    elif method == 'discrete':
+    elif warp_method == 'discrete':
         hs, ws = h*warp_scale, w*warp_scale                               # flows computed one step at a time
         flows = (trajectory_flows(traj.at(slice(t, t+2)), hs, ws, clamp=clamp)[0] for t in range(len(traj) - 1))
         frames = warp_noise(flows, shape=(C, h, w), method='discrete', warp_scale=warp_scale,
                             keep=range(0, len(traj), temporal), generator=generator, dtype=dtype, device=device)
-    else: raise ValueError(f"method must be one of {', '.join(WARP_METHODS)}, got {method!r}")
+    else: raise ValueError(f"warp_method must be one of {', '.join(WARP_METHODS)}, got {warp_method!r}")
     return mix_fresh(frames.movedim(0, 1).contiguous(), degradation, generator)
 
 # %% ../nbs/03_warp.ipynb #dad8148f
