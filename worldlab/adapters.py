@@ -75,6 +75,7 @@ def check_state(state:dict, rank:int|None=None, # expected rank (None: the first
 def _targets(t) -> list[str]: # a list, or a comma-separated string ("to_q,to_v")
     return [s.strip() for s in t.split(',') if s.strip()] if isinstance(t, str) else list(t)
 
+# %% ../nbs/11d_adapters.ipynb #194f6e77
 def _matches(module:str, targets:list[str]) -> bool:
     "peft's rule for a list of target names (a single string is a regular expression, matched in full)."
     return any(module == t or module.endswith('.' + t) or re.fullmatch(t, module) for t in targets)
@@ -101,6 +102,7 @@ def file_hash(path:str|Path) -> str:
         for chunk in iter(lambda: f.read(1 << 20), b''): h.update(chunk)
     return h.hexdigest()
 
+# %% ../nbs/11d_adapters.ipynb #c92133f5
 def state_hash(state:dict) -> str:
     "sha256 over the tensors by sorted name, dtype, shape and bytes: the same weights hash alike in any file."
     h = hashlib.sha256()
@@ -109,10 +111,12 @@ def state_hash(state:dict) -> str:
         h.update(f'{k}|{v.dtype}|{tuple(v.shape)}|'.encode()); h.update(v.reshape(-1).view(torch.uint8).numpy())
     return h.hexdigest()
 
+# %% ../nbs/11d_adapters.ipynb #dd61f033
 def folded_state(a:Adapter) -> dict:
     "The weights with alpha/rank folded into lora_B: the same update for a reader that takes alpha = rank."
     return {k: (v*(a.alpha/a.rank) if '.lora_B.' in k else v).contiguous() for k, v in a.state.items()}
 
+# %% ../nbs/11d_adapters.ipynb #8a3dbf48
 def write_diffusers(a:Adapter, folder:Path) -> Path:
     "diffusers' Wan LoRA file, with alpha/rank folded into lora_B (the file says lora_alpha = r)."
     from diffusers import WanPipeline
@@ -265,6 +269,7 @@ def read_adapter(path:str|Path, # any path `resolve_adapter` accepts
     if note.is_file(): a.meta = json.loads(note.read_text()).get('meta', {})   # what export_adapter kept
     return a
 
+# %% ../nbs/11d_adapters.ipynb #ba9761ec
 def adapter_hash(path:str|Path, ema:bool=False) -> str:
     "`sha256:<hex>` of the weights `read_adapter(path, ema)` reads (their content, not the file's bytes)."
     return 'sha256:' + state_hash(read_adapter(path, ema).state)
@@ -322,6 +327,7 @@ def load_adapter(policy, path, # any path `resolve_adapter` accepts, or an Adapt
     set_adapter_scales(policy)
     return name
 
+# %% ../nbs/11d_adapters.ipynb #b6009506
 def attached_adapters(policy) -> list[dict]:
     "What `load_adapter` attached: name, path, scale, format, ema, hash (what a video's sidecar lists)."
     return [dict(r) for r in getattr(policy, 'adapters', {}).values()]

@@ -27,6 +27,7 @@ def intrinsics(H:int, W:int, # image size in pixels
     f = focal_factor*W
     return torch.tensor([[f, 0, W/2], [0, f, H/2], [0, 0, 1]], dtype=torch.float64)
 
+# %% ../nbs/01_camera.ipynb #363da11d
 def scale_intrinsics(K:torch.Tensor, # [...,3,3] for size `hw`
                      hw:tuple[int,int], # (H, W) that K is for
                      new_hw:tuple[int,int], # (H, W) wanted
@@ -52,10 +53,12 @@ class Motion:
         "The same motion `s` times as strong (the pivot distance is geometry, not strength)."
         return Motion(self.right*s, self.down*s, self.forward*s, self.yaw*s, self.pitch*s, self.roll*s, self.pivot)
 
+# %% ../nbs/01_camera.ipynb #68b9296b
 def rotation(yaw:float=0., pitch:float=0., roll:float=0.) -> torch.Tensor:
     "`R [3,3]` (float64): yaw about +y (> 0 turns right), then pitch about +x (> 0 looks up), then roll about +z."
     return roma.euler_to_rotmat('YXZ', torch.tensor([yaw, pitch, roll], dtype=torch.float64), degrees=True)
 
+# %% ../nbs/01_camera.ipynb #8e570f71
 def motion_step(m:Motion, # the segment's total motion
                 n:int, # steps in the segment
                 z_ref:float=1.0, # reference depth (the unit of lengths)
@@ -63,6 +66,7 @@ def motion_step(m:Motion, # the segment's total motion
     "The relative pose `T [4,4]` that, applied `n` times, performs motion `m`."
     return _motion_step(m, n, z_ref).clone()
 
+# %% ../nbs/01_camera.ipynb #7f481771
 @functools.lru_cache(maxsize=4096)
 def _motion_step(m, n, z_ref):
     R = rotation(m.yaw/n, m.pitch/n, m.roll/n)
@@ -138,6 +142,7 @@ def trajectory_to_dict(t:Trajectory) -> dict:
     return {k: (v.tolist() if torch.is_tensor(v) else list(v) if isinstance(v, list) else v)
             for k, v in ((k, getattr(t, k)) for k in TRAJECTORY_KEYS)}
 
+# %% ../nbs/01_camera.ipynb #13d6e0ba
 def trajectory_from_dict(d:dict) -> Trajectory:
     "The trajectory of a `trajectory_to_dict` (other keys are ignored; a missing optional field gets its default)."
     missing = [k for k in ('c2w', 'K', 'H', 'W', 'labels') if k not in d]
@@ -158,6 +163,7 @@ def split_steps(num_frames:int, # frames in the clip (steps = num_frames - 1)
     base, extra = divmod(steps, n_segments)
     return [base + (i < extra) for i in range(n_segments)]
 
+# %% ../nbs/01_camera.ipynb #b6f21c23
 def compose(motions:list[Motion], # one per segment
             steps:list[int], # steps per segment
             z_ref:float=1.0,
@@ -182,6 +188,7 @@ def segment_poses(m:Motion, n:int, # the segment's motion and its steps
         return P
     return compose([m], [n], z_ref)
 
+# %% ../nbs/01_camera.ipynb #d5a7c5e1
 def _release_chain(keys, motions, F, z_ref, timing, orbit):
     "Poses and labels: segments of ceil(F/n) frames (boundary pose repeated) resampled to F (release), or split evenly."
     if timing == 'even':
@@ -233,6 +240,7 @@ NO_CAMERA_PHRASE = 'no camera phrase found'
 
 def _normalise(text:str) -> str: return re.sub(r'\s+', ' ', re.sub(r'[-_]', ' ', text.lower()))
 
+# %% ../nbs/01_camera.ipynb #d124dba6
 def detect_camera_phrases(prompt:str) -> list[str]:
     "Primitive names of the camera phrases in `prompt`, in order of appearance."
     text, hits = _normalise(prompt), []
@@ -240,6 +248,7 @@ def detect_camera_phrases(prompt:str) -> list[str]:
         for m in re.finditer(rf'(?<![a-z]){re.escape(phrase)}(?![a-z])', text): hits.append((m.start(), name))
     return [name for _, name in sorted(hits)]
 
+# %% ../nbs/01_camera.ipynb #fa13fe58
 def trajectory_from_prompt(prompt:str, # e.g. 'Camera push in, then pan right. A canyon at dusk.'
                            num_frames:int=81, H:int=480, W:int=832,
                            strength:float=1.0, z_ref:float=1.0, focal_factor:float=1.2,
@@ -333,6 +342,7 @@ def _frustum_lines(c2w:torch.Tensor, K:torch.Tensor, H:int, W:int, size:float):
     order = [c, world[0], world[1], c, world[2], world[3], c, world[0], world[3], world[2], world[1]]
     return torch.stack(order).tolist()
 
+# %% ../nbs/01_camera.ipynb #668a5d5f
 def plot_trajectories(trajs, # a Trajectory, or {name: Trajectory} drawn side by side
                       every:int=4, # draw every n-th frustum
                       size:float=0.08, # frustum depth in units of z_ref

@@ -34,6 +34,7 @@ class Side:
     model: str|None = None
     spans: dict = field(default_factory=dict)   # this side's own segment_frames / frames_per_action / num_frames
 
+# %% ../nbs/10_chunks.ipynb #5d9ecaaf
 @dataclass
 class Pair:
     "Two videos made from the same source image and camera actions."
@@ -45,7 +46,6 @@ class Pair:
     right: Side
     spans: dict = field(default_factory=dict)   # pair-level span keys
     extra: dict = field(default_factory=dict)   # every other field (label, trajectory_group, style, ...)
-
 
 # %% ../nbs/10_chunks.ipynb #39a68996
 def pair_from_dict(d:dict, base_dir:str|Path='.', where:str='pair') -> Pair:
@@ -111,13 +111,13 @@ def segment_frames(n_actions:int, spans:dict) -> list[int]:
         return [per]*n_actions
     raise ValueError("no frame spans: give segment_frames, frames_per_action or num_frames (pair level or per side)")
 
+# %% ../nbs/10_chunks.ipynb #eeffc2e4
 def side_spans(pair:Pair, side:Side) -> list[tuple[int, int]]:
     "`(start, end)` frame span of each action in one video (the side's own span keys win over the pair's)."
     keys = side.spans if any(k in side.spans for k in _SPAN_KEYS) else pair.spans
     seg = segment_frames(len(pair.actions), keys)
     ends = np.cumsum(seg).tolist()
     return [(e - n, e) for e, n in zip(ends, seg)]
-
 
 # %% ../nbs/10_chunks.ipynb #5ed73e12
 def action_frames(frames:np.ndarray, spans:list, i:int) -> tuple[np.ndarray, np.ndarray, np.ndarray, bool]:
@@ -129,16 +129,17 @@ def action_frames(frames:np.ndarray, spans:list, i:int) -> tuple[np.ndarray, np.
     if e <= s: e = s + 1
     return frames[s], frames[(s + e - 1)//2], frames[e - 1], clamped
 
+# %% ../nbs/10_chunks.ipynb #49cc61a3
 def chunk_slots(actions:list[str]) -> list[list[tuple[int, str]]]:
     "Slots `(action index, token)` in chunks of 4: an IDLE slot first, PAD at the end (index -1 for both)."
     slots = [(-1, 'IDLE')] + list(enumerate(actions))
     return [slots[i:i + CHUNK_SIZE] + [(-1, 'PAD')]*(CHUNK_SIZE - len(slots[i:i + CHUNK_SIZE]))
             for i in range(0, len(slots), CHUNK_SIZE)]
 
+# %% ../nbs/10_chunks.ipynb #366f7fcd
 def slot_label(token:str) -> str:
     "The label a slot shows: WorldReward's rendering of its action, IDLE for the reference and padding slots."
     return IDLE_LABEL if token.upper() in ('IDLE', 'PAD') else parse_action(token).label
-
 
 # %% ../nbs/10_chunks.ipynb #1eebe18a
 SLOT_COLORS = [(210, 60, 60), (60, 170, 60), (60, 100, 210), (200, 140, 0)]
@@ -149,6 +150,7 @@ MAX_SIDE = 2048
 @functools.lru_cache(maxsize=None)
 def _font(size:int): return ImageFont.load_default(size=size)
 
+# %% ../nbs/10_chunks.ipynb #fbc74a49
 def _cell(frame:np.ndarray, w:int, h:int, color, border:int) -> Image.Image:
     "A frame resized into a w x h cell with a coloured border."
     im = Image.new('RGB', (w, h), color)
@@ -157,7 +159,6 @@ def _cell(frame:np.ndarray, w:int, h:int, color, border:int) -> Image.Image:
 
 def _aspect(*frames) -> float:
     return min(0.85, float(np.mean([f.shape[0]/f.shape[1] for f in frames])))
-
 
 # %% ../nbs/10_chunks.ipynb #fce08bd5
 def frame_grid_image(a_groups:list, b_groups:list, # per slot: [start, mid, end] frames of video A / B
@@ -206,10 +207,10 @@ PNG_LEVEL = 1    # zlib level: 1 encodes several times faster than Pillow's defa
 
 def _save_png(im:Image.Image, path:Path): im.save(path, 'PNG', compress_level=PNG_LEVEL)
 
+# %% ../nbs/10_chunks.ipynb #1fbbef60
 CHUNK_RECORD = 'group_info.json'   # WorldReward's name for a chunk's record
 
 def _complete(d:Path) -> bool: return (d/CHUNK_RECORD).exists() and all((d/n).exists() for n in IMAGE_NAMES)
-
 
 # %% ../nbs/10_chunks.ipynb #b309ea7e
 def render_pair(pair:Pair, out:str|Path, force:bool=False) -> list[dict]:
@@ -269,6 +270,7 @@ def _render_one(args):
     try: return pair.pair_id, render_pair(pair, out, force), None
     except Exception as e: return pair.pair_id, None, f"{type(e).__name__}: {e}"
 
+# %% ../nbs/10_chunks.ipynb #602d625e
 def render_pairs(pairs:list[Pair], out:str|Path, workers:int=2, force:bool=False,
                  progress:bool=True) -> tuple[dict, dict]:
     "Render many pairs: `({pair_id: chunk records}, {pair_id: error})`."

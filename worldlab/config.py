@@ -108,6 +108,7 @@ def _types(cls) -> dict[str, object]:
     "Field name -> its annotated type, evaluated."
     return typing.get_type_hints(cls)
 
+# %% ../nbs/12_config.ipynb #377db4f4
 def field_types() -> dict[str, object]:
     "Every training setting's name and type, `TrainConfig`'s then `RunConfig`'s."
     return _types(TrainConfig) | _types(RunConfig)
@@ -119,6 +120,7 @@ RENAMED = {('rgen', 'mini'): 'likelihood',   # (field, old value) -> its name no
 def _type_name(t) -> str:
     return getattr(t, '__name__', None) or str(t)
 
+# %% ../nbs/12_config.ipynb #93c68f13
 def check_value(key:str, value, # a setting's name and a value for it
                 where:str='', # where the value came from, for the message (e.g. "settings.ini:103: [mini] ")
                ):
@@ -151,6 +153,7 @@ def split(params:dict, # TrainConfig and RunConfig fields (the rest keep their d
     return (TrainConfig(**{k: x for k, x in v.items() if k in tc}),
             RunConfig(**{k: x for k, x in v.items() if k not in tc}))
 
+# %% ../nbs/12_config.ipynb #efd62a79
 def flat(tc:TrainConfig, rc:RunConfig) -> dict:
     "The two configs as one flat dict (what `split` takes back)."
     return dataclasses.asdict(tc) | dataclasses.asdict(rc)
@@ -165,6 +168,7 @@ def _where(path:Path, preset:str, key:str) -> str:
     line = _key_line(path, sec, key)
     return f"{path}:{line}: [{sec}] " if line else f"{path}: [{preset}] "
 
+# %% ../nbs/12_config.ipynb #ce8f6ee9
 def resolve(preset:str|None=None, # a settings.ini preset (None: the dataclass defaults alone)
             overrides:dict|None=None, # more fields, e.g. from `-p` (they win over the preset)
             path:str|Path|None=None, # the presets file (default: the project's settings.ini)

@@ -66,6 +66,7 @@ def _key_line(path:Path, section:str, key:str) -> int|None:
         elif cur == section and re.match(rf'{re.escape(key)}\s*[=:]', s, re.I): return i
     return None
 
+# %% ../nbs/00_core.ipynb #1de6273b
 def ini_parser() -> configparser.ConfigParser:
     "The parser settings.ini is read with: no interpolation, `#`/`;` comments, `[DEFAULT]` a plain section."
     return configparser.ConfigParser(interpolation=None, inline_comment_prefixes=('#', ';'), default_section='\0')
@@ -95,6 +96,7 @@ def load_presets(path:str|Path|None=None, # an INI file (default: the project's 
         return base | {k: typed(sec, k, v) for k, v in own[sec].items() if k != 'inherit'}
     return {sec: resolve(sec) for sec in own}
 
+# %% ../nbs/00_core.ipynb #7db48681
 def load_preset(name:str, # a section of settings.ini, e.g. 'tiny'
                 path:str|Path|None=None, # the INI file (default: the project's settings.ini)
                ) -> dict:
@@ -126,6 +128,7 @@ def pick_device(device:str|torch.device='auto', # 'auto', 'cpu', 'cuda', 'cuda:1
         raise RuntimeError(f"device={device!r} was asked for but MPS is not available here")
     return process_device(d)
 
+# %% ../nbs/00_core.ipynb #60d3efc6
 def process_device(d:torch.device) -> torch.device:
     ("A bare 'cuda' as this process's GPU: `cuda:LOCAL_RANK` under a multi-process launch (accelerate, torchrun), "
      "where every rank would otherwise load its model onto GPU 0; any other device as it is.")
@@ -133,6 +136,7 @@ def process_device(d:torch.device) -> torch.device:
     rank = os.environ.get('LOCAL_RANK')
     return torch.device('cuda', int(rank)) if d.type == 'cuda' and d.index is None and rank is not None else d
 
+# %% ../nbs/00_core.ipynb #2e3038ce
 _DTYPES = {'fp32': 'float32', 'float32': 'float32', 'bf16': 'bfloat16', 'bfloat16': 'bfloat16',
            'fp16': 'float16', 'float16': 'float16'}   # names of torch dtypes
 
@@ -151,6 +155,7 @@ def _is_tensor(o) -> bool:
     "Whether `o` is a torch tensor (torch is not imported to find out: no tensor exists before it is)."
     return 'torch' in sys.modules and sys.modules['torch'].is_tensor(o)
 
+# %% ../nbs/00_core.ipynb #1401446a
 def to_float(video, # uint8 [...,H,W,3] (numpy or torch) or float [...,3,H,W] in [0,1]
              name:str='video', # what to call it in errors
              ndim:int|None=None, # axes required, e.g. 4 for one video [F,3,H,W] (default: any, at least 3)
@@ -174,6 +179,7 @@ def to_float(video, # uint8 [...,H,W,3] (numpy or torch) or float [...,3,H,W] in
                          f"{v.dtype} {tuple(v.shape)}")
     return v.float()
 
+# %% ../nbs/00_core.ipynb #a87136f2
 def to_uint8(video:torch.Tensor) -> np.ndarray: # float [...,F,3,H,W] in [0,1]
     "float `[...,F,3,H,W]` in [0,1] to uint8 `[...,F,H,W,3]` numpy (clipped, rounded)."
     import torch
@@ -217,6 +223,7 @@ def write_video(path:str|Path, # where to write (.mp4)
         for pkt in st.encode(None): out.mux(pkt)
     return path
 
+# %% ../nbs/00_core.ipynb #f53e9e56
 def read_video(path:str|Path, # a video file PyAV can open
               ) -> tuple[np.ndarray, float]:
     "All frames of a video as uint8 `[F,H,W,3]` and its frame rate."
@@ -235,6 +242,7 @@ def make_run_id() -> str:
     "A sortable, unique run id: `YYYYmmdd-HHMMSS-xxxx`."
     return time.strftime('%Y%m%d-%H%M%S') + '-' + secrets.token_hex(2)
 
+# %% ../nbs/00_core.ipynb #a31d0838
 def use_temporary_outputs(cells=None, # ignored: nbdev-test's `test_setup` hook passes the cells it will test
                          ) -> Path:
     "Send the run folders of this process and its children to a temporary folder, removed at exit."
@@ -243,12 +251,14 @@ def use_temporary_outputs(cells=None, # ignored: nbdev-test's `test_setup` hook 
     atexit.register(shutil.rmtree, d, ignore_errors=True)
     return Path(d)
 
+# %% ../nbs/00_core.ipynb #ee4e20ef
 def outputs_root() -> Path:
     "Where run folders go: `$WORLDLAB_OUTPUTS`, else `<project>/outputs`; under nbdev-test, a temporary folder."
     if os.environ.get('IN_TEST') and not os.environ.get('WORLDLAB_OUTPUTS'): use_temporary_outputs()
     if os.environ.get('WORLDLAB_OUTPUTS'): return Path(os.environ['WORLDLAB_OUTPUTS'])
     return (project_root() or Path.cwd())/'outputs'
 
+# %% ../nbs/00_core.ipynb #623a6f71
 def run_folder(name:str, # the run's name, e.g. 'walkthrough' or 'train'
                run_id:str|None=None, # reuse an id (resume); default: a new one
                root:str|Path|None=None, # outputs folder (default: `outputs_root()`)
@@ -266,6 +276,7 @@ def _jsonable(o):
     if _is_tensor(o): return o.tolist()
     raise TypeError(f"cannot write {type(o).__name__} to JSON")
 
+# %% ../nbs/00_core.ipynb #1e70a1f0
 def save_json(obj, # anything JSON can hold, plus numpy/torch values and Paths
               path:str|Path, # destination .json
              ) -> Path:
@@ -296,6 +307,7 @@ def run_ref(ref:str|Path, # 'NAME:latest' (newest finished run of NAME), 'NAME:R
     if not Path(s).exists(): raise FileNotFoundError(f"{s!r} is neither a path nor NAME:latest / NAME:RUN_ID")
     return Path(s)
 
+# %% ../nbs/00_core.ipynb #5bcab7e1
 def _finished(run_dir:Path) -> bool:
     "Whether the run folder's `status.json` says it finished."
     f = run_dir/'status.json'
@@ -303,11 +315,11 @@ def _finished(run_dir:Path) -> bool:
     st = json.loads(f.read_text())
     return (st.get('state') or ('done' if st.get('ok') else 'failed')) == 'done'
 
-
 # %% ../nbs/00_core.ipynb #4c9a2d38
 class RequestFailed(RuntimeError):
     "A JSON POST that failed after its retries (or at once, for a request the server refuses)."
 
+# %% ../nbs/00_core.ipynb #22ebff0e
 def post_json(url:str, body:dict, headers:dict|None=None, # extra headers (Content-Type is set)
               timeout:float=60.0, # seconds for each attempt
               retries:int=2, backoff:float=1.0, # attempts after the first; sleep backoff*2**k before attempt k+1

@@ -56,6 +56,7 @@ def subject_gaussians(shape:str, colour:str, # one of SHAPES and COLOURS
     if shape == 'pillar': return column((x, y, z), 0.08, 0.42, spacing*0.5, 'stripes', pal, seed)
     raise ValueError(f"unknown shape {shape!r}; use one of {', '.join(SHAPES)}")
 
+# %% ../nbs/06b_corpus.ipynb #465e8f1f
 def corpus_world(category:str, seed:int, colour:str, shape:str, spacing:float=0.04) -> World:
     "A procedural world whose subject part is replaced by a `colour` `shape`."
     w = make_world(category, seed, spacing)
@@ -82,13 +83,18 @@ def _about(G, centre, R=None, s=None):
     return replace(G, means=m + centre, quats=q, scales=sc)
 
 def _slides(G, t, sign): return replace(G, means=G.means + torch.tensor([0.35*sign*t, 0., 0.]))
+
 def _spins(G, t, sign): return _about(G, G.means.mean(0), roma.euler_to_rotmat('Y', [sign*150*t], degrees=True).float())
+
 def _bounces(G, t, sign): return replace(G, means=G.means - torch.tensor([0., 0.25*abs(math.sin(2*math.pi*t)), 0.]))
+
+# %% ../nbs/06b_corpus.ipynb #0cc4c6e7
 def _pulses(G, t, sign):
     bottom = torch.stack([G.means[:, 0].mean(), G.means[:, 1].max(), G.means[:, 2].mean()])
     a = 0.35*math.sin(2*math.pi*t)
     return _about(G, bottom, s=torch.tensor([1 + a, 1 - a, 1 + a]))
 
+# %% ../nbs/06b_corpus.ipynb #b59fda13
 DYNAMICS = {  # name: (function of (subject Gaussians, t in [0,1], sign), caption words for sign -1 and +1)
     'slides': (_slides, ('slides to the left', 'slides to the right')),
     'spins': (_spins, ('spins', 'spins')),
@@ -130,6 +136,7 @@ def caption_for(spec:ClipSpec) -> str:
     verb = f" that {DYNAMICS[spec.dynamic][1][spec.sign > 0]}" if spec.dynamic else ''
     return f"{camera_phrase(spec.cameras)} A {spec.colour} {spec.shape}{verb} {PLACES[scene_category(spec.category)]}."
 
+# %% ../nbs/06b_corpus.ipynb #7ec5a1fe
 def plan_corpus(n_train:int=1800, n_test:int=240, # clips per split
                 dynamic_share:float=1/6, chain_share:float=0.3, seed:int=0) -> list[ClipSpec]:
     "The whole corpus, clip by clip, deterministic in `seed`."
@@ -171,6 +178,7 @@ def fill_sky(depth:torch.Tensor) -> torch.Tensor: # [...,H,W] with NaN where no 
     seen = ~depth.isnan()
     return torch.where(seen, depth, depth[seen].max() if seen.any() else torch.tensor(1.0))
 
+# %% ../nbs/06b_corpus.ipynb #e29eddea
 def first_depth(spec:ClipSpec, H:int=64, W:int=64, spacing:float=0.04) -> torch.Tensor:
     "Depth `[H,W]` of a planned clip's first frame, in units of z_ref; NaN where no surface covers the pixel (sky)."
     from worldlab.splat import render
@@ -180,6 +188,7 @@ def first_depth(spec:ClipSpec, H:int=64, W:int=64, spacing:float=0.04) -> torch.
     r = render(scene, tr.c2w[0].float(), tr.K.float(), H, W)
     return torch.where(r.alpha > 0.5, r.depth, torch.full_like(r.depth, float('nan')))
 
+# %% ../nbs/06b_corpus.ipynb #1fcd8cca
 def layout_depth(n:int=100, # training worlds (every 4th clip of the default plan, in plan order)
                  H:int=64, W:int=64, spacing:float=0.04) -> torch.Tensor:
     "Median first-frame depth `[H,W]` over `n` training worlds (subjects at rest), in units of z_ref."
@@ -189,6 +198,7 @@ def layout_depth(n:int=100, # training worlds (every 4th clip of the default pla
     med = torch.nanmedian(torch.stack([first_depth(replace(s, dynamic=''), H, W, spacing) for s in specs]), 0).values
     return fill_sky(med)                                                 # pixels no world covers: the farthest depth
 
+# %% ../nbs/06b_corpus.ipynb #fdf7164a
 def load_layout_depth(path:str|Path|None=None) -> torch.Tensor:
     "The shipped corpus layout depth `[64,64]` (or the file at `path`)."
     from worldlab.core import project_root
@@ -204,10 +214,10 @@ def load_layout_depth(path:str|Path|None=None) -> torch.Tensor:
         raise ValueError(f"{path}: a layout depth must be [H,W], finite and positive; got {tuple(d.shape)}")
     return d
 
-
 # %% ../nbs/06b_corpus.ipynb #62362d47
 def clip_path(folder:str|Path, spec:ClipSpec) -> Path: return Path(folder)/spec.split/f'{spec.id}.mp4'
 
+# %% ../nbs/06b_corpus.ipynb #1c9ed503
 def write_corpus(specs:list[ClipSpec], folder:str|Path, num_frames:int=17, H:int=64, W:int=64, spacing:float=0.04,
                  fps:int=8, progress:bool=True) -> dict:
     "Render every unfinished clip of `specs` into `folder`; counts of done, skipped and failed clips."
@@ -227,6 +237,7 @@ def write_corpus(specs:list[ClipSpec], folder:str|Path, num_frames:int=17, H:int
                                         traceback=traceback.format_exc())) + '\n')
     return dict(done=done, skipped=skipped, failed=failed)
 
+# %% ../nbs/06b_corpus.ipynb #9c640476
 def read_corpus(folder:str|Path) -> pd.DataFrame:
     "One row per finished clip: its spec, caption, path and file size."
     rows = []
@@ -244,6 +255,7 @@ def clip_depth(spec:ClipSpec, near:float=0.8, # nearest depth kept: a push in tr
     "First-frame depth `[H,W]` of one planned clip, in units of z_ref, to warp its noise by: sky filled, near held."
     return fill_sky(first_depth(spec, H, W, spacing)).clamp_min(near)
 
+# %% ../nbs/06b_corpus.ipynb #845377ea
 def clip_depths(folder:str|Path, split:str='train', limit:int|None=None, # as `miniwan.load_clips`: same clips, id order
                 near:float=0.8, # as `clip_depth`
                 H:int=64, W:int=64, spacing:float=0.04) -> torch.Tensor:
@@ -256,7 +268,6 @@ def clip_depths(folder:str|Path, split:str='train', limit:int|None=None, # as `m
         out.append(clip_depth(ClipSpec(**{k: row[k] for k in names}), near, H, W, spacing))
     return torch.stack(out)
 
-
 # %% ../nbs/06b_corpus.ipynb #d7c8bcab
 def frame_strip(paths:list, # clips to show, one row each
                 frames:int=5) -> np.ndarray:
@@ -267,6 +278,7 @@ def frame_strip(paths:list, # clips to show, one row each
         rows.append(np.concatenate([v[i] for i in np.linspace(0, len(v) - 1, frames).round().astype(int)], 1))
     return np.concatenate(rows, 0)
 
+# %% ../nbs/06b_corpus.ipynb #1fca972d
 def markdown_table(df:pd.DataFrame) -> str:
     "A GitHub-flavoured markdown table of a DataFrame (index included), without extra dependencies."
     df = df.reset_index()

@@ -53,6 +53,7 @@ def depth_views(n_worlds:int, # worlds, categories in turn
 def _block(i, o): return nn.Sequential(nn.Conv2d(i, o, 3, padding=1), nn.GELU(),
                                        nn.Conv2d(o, o, 3, padding=1), nn.GELU())
 
+# %% ../nbs/06a_depth.ipynb #4b49d3a2
 class DepthNet(nn.Module):
     "A small U-Net: RGB `[B,3,H,W]` in [0,1] -> log-depth `[B,H,W]` up to a constant (per-image mean 0)."
     def __init__(self, width:int=16, levels:int=4):
@@ -77,6 +78,7 @@ class DepthNet(nn.Module):
         out = self.head(h)[:, 0]
         return out - out.mean((1, 2), keepdim=True)
 
+# %% ../nbs/06a_depth.ipynb #922a162a
 def si_log_error(pred:torch.Tensor, target:torch.Tensor, # [B,H,W] log-depths
                  mask:torch.Tensor|None=None) -> torch.Tensor: # [B,H,W] valid pixels
     "Per image: RMS of the log-depth error after the best global scale, `[B]` (0 = right up to scale)."
@@ -113,6 +115,7 @@ def train_depth_net(data:dict, # from `depth_views`
             hist.append(row)
     return net.eval(), pd.DataFrame(hist)
 
+# %% ../nbs/06a_depth.ipynb #9cac07f8
 def evaluate_depth(model, data:dict) -> pd.DataFrame:
     "Per view: scale-invariant log error of `model` and of a flat plane; the share of pixels within 25% after scale."
     with torch.no_grad(): pred = torch.cat([model(data['rgb'][i:i + 64]) for i in range(0, len(data['rgb']), 64)])
@@ -148,6 +151,7 @@ def save_depth_prior(net:DepthNet, path:str|Path, size=(64, 64), **info) -> Path
                     size=list(size), info=info), path)
     return path
 
+# %% ../nbs/06a_depth.ipynb #3307653d
 def load_depth_prior(path:str|Path|None=None, # a file from `save_depth_prior` (default: the shipped procedural prior)
                     ) -> DepthPrior:
     "The monocular depth prior for `recon`'s fit back-end (procedural worlds only: for real videos use DA3)."
@@ -165,6 +169,7 @@ def load_depth_prior(path:str|Path|None=None, # a file from `save_depth_prior` (
 @functools.lru_cache(maxsize=4)
 def _load_cached(path): return load_depth_prior(path)
 
+# %% ../nbs/06a_depth.ipynb #722cb2ca
 def resolve_depth_prior(prior) -> object:
     "A depth prior from a setting: None, a callable, 'procedural' (the shipped one) or a file path."
     if prior is None or callable(prior): return prior

@@ -30,7 +30,8 @@ WINGS = {  # the package's three wings and the tooling they share: the site's se
                '12b_memory', '13_train', '13a_generate', '13b_evaluate', '14_fidelity'],
     'judging': ['08b_reward_service', '09_judge', '10_chunks', '10a_verdicts', '12c_nft'],
     'miniature': ['05_scenes', '06a_depth', '06b_corpus', '11b_miniwan', '11c_quality'],
-    'tooling': ['00_core', '11_trainloop', '11d_adapters', '12_config', '90_figures', '91_runs', '92_docs']}
+    'tooling': ['00_core', '11_trainloop', '11d_adapters', '12_config', '13c_measure', '90_figures', '91_runs',
+                '92_docs']}
 
 @dataclass
 class Page:
@@ -39,6 +40,7 @@ class Page:
     rel: str      # its path under nbs/ without .ipynb, e.g. 'runs/bench_warp': also the page's path in the site
     section: str  # a key of SECTIONS
 
+# %% ../nbs/92_docs.ipynb #8803ea92
 def site_pages(nbs:str|Path|None=None, # the nbs/ folder (default: the checkout's)
                only:list[str]|None=None, # page names or globs ('01_camera', 'runs/*'); index and findings always in
               ) -> list[Page]:
@@ -70,6 +72,7 @@ def directives(source:str) -> dict[str, str]:
         if name: out[name] = value.strip()
     return out
 
+# %% ../nbs/92_docs.ipynb #05df79ff
 def strip_directives(source:str) -> str:
     "A cell's source without its nbdev directive lines."
     lines = source.splitlines()
@@ -82,6 +85,7 @@ def skip_flags(root:str|Path|None=None) -> list[str]:
     from nbdev.config import get_config
     return str(get_config(path=root or project_root() or Path.cwd()).get('tst_flags', '')).split()
 
+# %% ../nbs/92_docs.ipynb #2d3c27ac
 _EXPORT_CALL = 'nbdev_export' + '('     # spelt in two: nbdev-test skips any cell whose source holds the call
 
 def skip_reason(source:str, # a code cell's source
@@ -175,6 +179,7 @@ def _defined_names(source:str) -> list[str]:
 
 def _lines(lines:list[str], a:int, b:int) -> list[str]: return lines[a - 1:b]   # 1-based, inclusive
 
+# %% ../nbs/92_docs.ipynb #5d042900
 def signature_source(obj) -> str:
     "The definition's header as in the library: a `def` with its documented parameters, or a class with its fields."
     import inspect, textwrap
@@ -196,6 +201,7 @@ def signature_source(obj) -> str:
             elif isinstance(n, ast.FunctionDef) and n.name == '__init__': out += head(n)
     return '\n'.join(l.rstrip() for l in out if l.strip())
 
+# %% ../nbs/92_docs.ipynb #326b12f6
 def api_markdown(obj, # a function or class of the library
                  qualname:str='', # how to name it, e.g. 'worldlab.camera.chain_trajectory'
                 ) -> str:
@@ -224,6 +230,7 @@ def plotly_div(fig:dict, # a plotly figure as JSON: {'data': [...], 'layout': {.
     return (f'<div class="wl-plotly" id="{div_id}" style="{style}"></div>\n'
             f'<script type="application/json" class="wl-plotly-spec" data-for="{div_id}">{spec}</script>')
 
+# %% ../nbs/92_docs.ipynb #1263da72
 def widget_outputs(model_id:str, # the model a widget output shows
                    states:dict, # {model_id: {'model_name': ..., 'state': ...}} as nbclient stores them
                   ) -> list:
@@ -264,11 +271,13 @@ def _md(text:str) -> dict:
     import nbformat
     return nbformat.v4.new_markdown_cell(text)
 
+# %% ../nbs/92_docs.ipynb #26f89b93
 def _title_index(cells:list) -> int:
     "The cell holding the notebook's H1 title (0 if none)."
     return next((i for i, c in enumerate(cells)
                  if c.cell_type == 'markdown' and re.match(r'#\s', c.source.lstrip())), 0)
 
+# %% ../nbs/92_docs.ipynb #32bb33a9
 def _banner(page:Page, status:dict, repo_url:str|None) -> str:
     "The notebook links under a page's title, and the failure notice of a notebook that did not run through."
     src = f"nbs/{page.rel}.ipynb"
@@ -374,6 +383,7 @@ def _toctree(pages:list[Page]) -> str:
     out.append("```{toctree}\n:caption: About\n:maxdepth: 1\n\nbuild\n```")
     return '\n\n'.join(out)
 
+# %% ../nbs/92_docs.ipynb #e9b79a28
 def _build_page(results:list[tuple[Page, dict]], commit:str) -> str:
     "A page listing how each notebook ran for this build."
     rows = [f"| [{p.rel}]({p.rel}.ipynb) | {s['state']}{' (cell ' + str(s['cell']) + ')' if s.get('cell') else ''} | "
@@ -430,11 +440,13 @@ def _math(self, node, display:bool):
     self.body.append(convert(tex, display='block' if display else 'inline'))
     raise nodes.SkipNode
 
+# %% ../nbs/92_docs.ipynb #04c9ba90
 def _plotly_pages(app, pagename, templatename, context, doctree):
     "Load plotly.js on the pages that draw a plotly figure, and only there."
     if 'class="wl-plotly"' in context.get('body', ''):
         app.add_js_file('plotly.min.js'); app.add_js_file('worldlab-plotly.js')
 
+# %% ../nbs/92_docs.ipynb #a0ae7909
 def setup(app):
     "Sphinx extension: MathML math (no MathJax to fetch) and plotly.js where a page needs it."
     app.add_html_math_renderer('mathml', (lambda self, node: _math(self, node, False), None),
@@ -452,10 +464,12 @@ class SiteResult:
     @property
     def failed(self) -> list[str]: return [p.rel for p, s in self.pages if s['state'] != 'done']
 
+# %% ../nbs/92_docs.ipynb #a7501ebe
 def _git_commit(root:Path) -> str:
     r = subprocess.run(['git', '-C', str(root), 'rev-parse', '--short', 'HEAD'], capture_output=True, text=True)
     return r.stdout.strip() or 'unknown'
 
+# %% ../nbs/92_docs.ipynb #c37a4b9f
 def _execute_cached(page:Page, cache:Path|None, root:Path, flags:list, timeout:int) -> tuple[dict, dict]:
     "The executed notebook from the cache if its sources are unchanged, else a fresh run (kept if it ran through)."
     import nbformat

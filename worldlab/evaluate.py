@@ -50,6 +50,7 @@ def save_video(folder:str|Path, stem:str, # where: `<folder>/<stem>.mp4` and `<s
 def _field_error(where:str, key:str, want:str, got) -> ValueError:
     return ValueError(f"{where}: field {key!r} must be {want}, got {got!r}")
 
+# %% ../nbs/13b_evaluate.ipynb #53d1a782
 def _check_camera(cam, where:str, num_frames) -> None:
     "The sidecar's `camera` must hold a trajectory with one pose per frame."
     if not isinstance(cam, dict): raise _field_error(where, 'camera', 'an object (trajectory_to_dict)', cam)
@@ -136,11 +137,13 @@ def _video_dir(folder:Path) -> Path:
     if not any(folder.glob('*.mp4')): raise ValueError(f"{folder} holds no .mp4 videos")
     return folder
 
+# %% ../nbs/13b_evaluate.ipynb #3b53cc2c
 def _labels(dirs:list[Path]) -> list[str]:
     "A short unique label per folder (its name, or its run folder's when it is `videos/`)."
     names = [(d.parent if d.name == 'videos' else d).name for d in dirs]
     return [n if names.count(n) == 1 else f"{n}#{i}" for i, n in enumerate(names)]
 
+# %% ../nbs/13b_evaluate.ipynb #196e0327
 def _empty_mapping() -> pd.DataFrame:
     "An empty mapping (no file given)."
     return pd.DataFrame(columns=['video', 'prompt', 'seed', 'dynamic', 'where'])
@@ -195,6 +198,7 @@ def prepare_video(frames, plan:dict) -> torch.Tensor: # uint8 [F,H,W,3]; from ev
         v = F.interpolate(v, size=(plan['H'], plan['W']), mode='area')   # pixel-area average: no aliasing
     return v.clamp(0, 1)
 
+# %% ../nbs/13b_evaluate.ipynb #ccbbfcfa
 def plan_camera(prompt:str, camera:dict|None, plan:dict) -> Trajectory:
     "The commanded camera at the evaluated frames and size: the sidecar's, else the prompt's."
     n, H, W = plan['source_frames'], plan['source_H'], plan['source_W']
@@ -227,6 +231,7 @@ def _quality(rgen:str, device:str):
     scorer = (hpsv3_scorer if rgen == 'hpsv3' else hpsv2_scorer)(device)
     return r_gen_reward(scorer), f"{scorer.label} (mean over the first 4 frames)"
 
+# %% ../nbs/13b_evaluate.ipynb #4d7a2e34
 def load_backends(recon:str='fit', # fit (CPU analysis by synthesis) | da3 (Depth Anything 3, GPU)
                   lpips:str='imagenet', # imagenet (the real metric) | random (plumbing only, labelled)
                   rgen:str='none', # none | quality (stand-in, labelled) | hpsv3 | hpsv2
@@ -327,6 +332,7 @@ def score_video(video:torch.Tensor, traj:Trajectory, backends:Backends, # [F,3,H
     if backends.mvcs_depth is not None: row['mvcs'] = video_mvcs(video, rec, traj, backends.mvcs_depth)
     return row
 
+# %% ../nbs/13b_evaluate.ipynb #68407c74
 def video_mvcs(video:torch.Tensor, rec, traj:Trajectory, depth) -> float: # [F,3,H,W]; its Reconstruction; command
     "MVCS of one video: DA3's own depths and cameras, or a monocular prior's depth per frame and the tracked cameras."
     if depth == 'da3':
@@ -352,6 +358,7 @@ def _unreadable(path) -> str|None:
     try: read_video(path); return None
     except (OSError, ValueError, av.error.FFmpegError, IndexError) as e: return f"{type(e).__name__}: {e}"
 
+# %% ../nbs/13b_evaluate.ipynb #50e72c72
 def evaluate_one(item:dict, backends:Backends, max_frames:int=17, short_side:int=64) -> dict:
     "The result row of one video of `collect_videos`: what it is, how it was prepared, its metrics."
     t0, c0 = time.time(), time.process_time()
@@ -458,6 +465,7 @@ def _png_b64(img:np.ndarray) -> str:
     from PIL import Image
     buf = io.BytesIO(); Image.fromarray(img).save(buf, format='PNG'); return base64.b64encode(buf.getvalue()).decode()
 
+# %% ../nbs/13b_evaluate.ipynb #5c832c43
 def write_report(run_dir:str|Path, results:pd.DataFrame, summary:pd.DataFrame,
                  paired:pd.DataFrame|None=None, labels:dict|None=None, # paired: from paired_compare; back-end labels
                  k:int=2, notes:str='', max_frames:int=17, short_side:int=64) -> Path:

@@ -28,6 +28,7 @@ def find_chrome() -> str|None:
 class FigureNotDrawn(RuntimeError):
     "A static PNG could not be drawn; the message says why and what to install."
 
+# %% ../nbs/90_figures.ipynb #7dd4cf71
 _KALEIDO = {'started': False, 'error': None, 'lock': threading.Lock()}
 
 def _kaleido_server():

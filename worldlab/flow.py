@@ -21,6 +21,7 @@ def relative_pose(c2w_a:torch.Tensor, c2w_b:torch.Tensor) -> torch.Tensor: # [..
     "`[...,4,4]` transform taking camera-`a` coordinates to camera-`b` coordinates."
     return torch.linalg.inv(c2w_b) @ c2w_a
 
+# %% ../nbs/02_flow.ipynb #7579dfd0
 def plane_homography(c2w_a:torch.Tensor, # [...,4,4] source camera
                      c2w_b:torch.Tensor, # [...,4,4] target camera
                      K:torch.Tensor, # [3,3] pixels
@@ -46,6 +47,7 @@ def pixel_grid(H:int, W:int, at:str='centers', dtype=torch.float64, device=None)
                           torch.arange(w, dtype=dtype, device=device)+off, indexing='ij')
     return torch.stack([x, y])
 
+# %% ../nbs/02_flow.ipynb #682ed38c
 def apply_homography(Hm:torch.Tensor, # [...,3,3]
                      pts:torch.Tensor, # [2,h,w] pixel coordinates
                     ) -> torch.Tensor:
@@ -69,6 +71,7 @@ def clamp_flow(flow:torch.Tensor, # [...,2,h,w]
     scale = torch.where(peak > limit, limit/peak.clamp_min(1e-12), torch.ones_like(peak))
     return flow*scale[..., None, None, None]
 
+# %% ../nbs/02_flow.ipynb #73b82c84
 def homography_flow(c2w_a:torch.Tensor, # [...,4,4] source camera(s)
                     c2w_b:torch.Tensor, # [...,4,4] target camera(s)
                     K:torch.Tensor, # [3,3] intrinsics for (H, W)

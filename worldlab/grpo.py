@@ -74,6 +74,7 @@ def grpo_loss(logp:torch.Tensor, logp_old:torch.Tensor, adv:torch.Tensor, mask:t
         loss = loss + beta*klm; stats["kl"] = float(klm.detach())
     return loss, stats
 
+# %% ../nbs/12_grpo.ipynb #13af6b57
 def kl_to_reference(mean:torch.Tensor, mean_ref:torch.Tensor, std:float) -> torch.Tensor:
     "Per-sample `‖μ − μ_ref‖² / (2σ²)`, averaged over the non-batch dimensions."
     return ((mean - mean_ref)**2).mean(dim=tuple(range(1, mean.ndim)))/(2*std**2)
@@ -104,10 +105,12 @@ def shard_transformer(transformer, param_dtype:torch.dtype|None=None): # compute
     fully_shard(transformer, mp_policy=mp)
     return transformer
 
+# %% ../nbs/12_grpo.ipynb #695dc85c
 def _full(t:torch.Tensor) -> torch.Tensor:
     "A plain tensor from a (possibly sharded) DTensor."
     return t.full_tensor() if hasattr(t, 'full_tensor') else t
 
+# %% ../nbs/12_grpo.ipynb #63c2bdbe
 def _like(full:torch.Tensor, p:torch.Tensor) -> torch.Tensor:
     "`full` laid out like parameter `p` (sharded the same way when p is a DTensor)."
     if hasattr(p, 'device_mesh'):
@@ -120,6 +123,7 @@ def _seed(*xs) -> int:
     "One 32-bit seed from several integers (the run's seed, the step, the group, the purpose)."
     return int(np.random.SeedSequence(list(xs)).generate_state(1)[0])
 
+# %% ../nbs/12_grpo.ipynb #54a6d6b4
 class Trainer:
     "Flow-GRPO on a `WanPolicy`: sample groups, score, update the LoRA adapter; checkpoint and resume."
     algorithm = 'grpo'                                  # `TrainConfig.algorithm` this class runs (`NFTTrainer`: nft)
@@ -175,6 +179,7 @@ def batch_prompts(self:Trainer) -> tuple[str, list[str]]:
     self.pos[phase] += self.cfg.prompts_per_batch
     return phase, out
 
+# %% ../nbs/12_grpo.ipynb #d868d2ac
 @patch
 def window(self:Trainer) -> tuple[int, int]:
     "The SDE window of this step (Flow-GRPO-Fast draws it per batch; 0 keeps the whole schedule)."
@@ -250,6 +255,7 @@ def commanded(self:Trainer, prompt:str):
     "The camera trajectory a prompt commands, with this run's chain timing and orbit centre."
     return commanded_camera(self.cfg, prompt)
 
+# %% ../nbs/12_grpo.ipynb #e598faad
 @patch
 def warp_depth_map(self:Trainer) -> torch.Tensor|None:
     "The first-frame depth `[H,W]` the camera noise is warped by (`load_warp_depth`), loaded once."
@@ -268,6 +274,7 @@ def initial_noise(self:Trainer, prompt:str, gidx:int, n:int|None=None, # videos 
     depth = self.warp_depth_map() if c.injection not in ('none', None) else None   # loaded only when used
     return make_initial_noise(self.policy, c, prompt, n or c.group_size, g, depth)
 
+# %% ../nbs/12_grpo.ipynb #ad6ba7c2
 @patch
 def camera_draws(self:Trainer, traj, n:int, g:torch.Generator) -> torch.Tensor:
     "n draws `[n,C,T,h,w]` of noise warped along `traj` the run's way (method, degradation, depth), from `g`."
@@ -309,6 +316,7 @@ def _numeric(v) -> bool:
     number = (int, float, np.floating, np.integer)
     return torch.is_tensor(v) or (isinstance(v, (list, tuple, np.ndarray)) and all(isinstance(x, number) for x in v))
 
+# %% ../nbs/12_grpo.ipynb #e08c10f9
 @patch
 def score(self:Trainer, prompts:list[str], mine:list[int], rolls:list) -> tuple[torch.Tensor, dict, list[str]]:
     ("Phase 2: the phase's weighted reward of every video [n], its components {name: [n]}, and why samples could not "
@@ -329,6 +337,7 @@ def score(self:Trainer, prompts:list[str], mine:list[int], rolls:list) -> tuple[
     self._log_failures(prompts, mine, fails)
     return torch.cat(rewards), {k: torch.cat(v) for k, v in info.items()}, reasons
 
+# %% ../nbs/12_grpo.ipynb #650a2e3f
 @patch
 def _log_failures(self:Trainer, prompts:list[str], mine:list[int], fails:list):
     "Append the tracebacks of videos a reward could not score to `run_dir/reward_failures.log`."
@@ -349,6 +358,7 @@ def advantages(self:Trainer, rewards:torch.Tensor, mine:list[int],
                             mean=c.adv_mean,
                             zero_std=c.zero_std)
 
+# %% ../nbs/12_grpo.ipynb #82350e95
 @patch
 def trained_timesteps(self:Trainer, win:tuple[int, int]) -> list[int]:
     ("The window's steps trained on: the first `timestep_fraction` of them (rounded, or floored as the release does; "
@@ -364,6 +374,7 @@ def _rows(roll, s:slice):
     return dataclasses.replace(roll, latents=roll.latents[s], samples=roll.samples[s], logps=roll.logps[s],
                                final=roll.final[s], video=None)
 
+# %% ../nbs/12_grpo.ipynb #e4b3aff9
 @patch
 def chunk_loss(self:Trainer, part, j:int, emb:torch.Tensor, neg:torch.Tensor|None, adv:torch.Tensor, mask:torch.Tensor):
     "The clipped surrogate (+ β·KL to the adapter-off reference) of rollout videos `part` at trained step j, and stats."
@@ -401,6 +412,7 @@ def update(self:Trainer, rolls:list, embs:list, A:dict, win:tuple[int, int]) -> 
             stats.append({k: sum(st[k]*w for st, w in parts) for k in parts[0][0]})
     return stats, self.apply_gradients()
 
+# %% ../nbs/12_grpo.ipynb #0fdcd1c8
 @patch
 def apply_gradients(self:Trainer) -> float:
     "Average the gradients over processes, clip them, step AdamW, update the EMA; the gradient norm before clipping."
@@ -484,6 +496,7 @@ def state(self:Trainer) -> dict:
                 algorithm=self.algorithm,
                 rng=dict(torch=torch.get_rng_state(), numpy=np.random.get_state(), python=random.getstate()))
 
+# %% ../nbs/12_grpo.ipynb #a651b19c
 @patch
 def save(self:Trainer, path:str|Path) -> Path:
     "Write a checkpoint atomically (temporary file, then rename)."
@@ -495,6 +508,7 @@ def save(self:Trainer, path:str|Path) -> Path:
     self.acc.wait_for_everyone()
     return path
 
+# %% ../nbs/12_grpo.ipynb #f8dfd29e
 @patch
 def load(self:Trainer, path:str|Path) -> dict:
     "Continue from a checkpoint (written by any number of processes, sharded or not); what it read."
@@ -513,7 +527,6 @@ def load(self:Trainer, path:str|Path) -> dict:
     torch.set_rng_state(st['rng']['torch']); np.random.set_state(st['rng']['numpy'])
     random.setstate(st['rng']['python'])
     return st
-
 
 # %% ../nbs/12_grpo.ipynb #1c93893b
 @patch

@@ -26,6 +26,7 @@ class JudgeRequest:
     images: list            # image paths or PIL images, in the order the text refers to them
     text: str
 
+# %% ../nbs/09_judge.ipynb #96c9a166
 @dataclass
 class JudgeReply:
     "One answer: the text, or the error that stopped it."
@@ -38,15 +39,18 @@ class JudgeReply:
     @property
     def ok(self) -> bool: return self.text is not None and self.error is None
 
+# %% ../nbs/09_judge.ipynb #576745b5
 def shrink_to_fit(im:Image.Image, max_side:int=2048) -> Image.Image:
     "The image shrunk (never enlarged, aspect kept, bilinear) so that its long side is at most `max_side`."
     s = max_side/max(im.size)
     return im if s >= 1 else im.resize((round(im.width*s), round(im.height*s)), Image.BILINEAR)
 
+# %% ../nbs/09_judge.ipynb #fd056d0f
 def load_image(img, max_side:int=2048) -> Image.Image:
     "An RGB PIL image from a path or image, shrunk (never enlarged) to `max_side`."
     return shrink_to_fit((img if isinstance(img, Image.Image) else Image.open(img)).convert('RGB'), max_side)
 
+# %% ../nbs/09_judge.ipynb #086c459f
 class JudgeBackend:
     ("Base class: `generate(requests) -> replies`, one reply per request, in order; a failure is a reply, not an "
      "exception.")
@@ -61,6 +65,7 @@ def _data_url(img, max_side:int) -> str:
     buf = io.BytesIO(); load_image(img, max_side).save(buf, 'PNG')
     return 'data:image/png;base64,' + base64.b64encode(buf.getvalue()).decode()
 
+# %% ../nbs/09_judge.ipynb #3c995fdb
 class OpenAIBackend(JudgeBackend):
     "A chat-completions HTTP endpoint: bounded concurrency, retries with back-off, timeouts."
     name = 'openai'
@@ -82,7 +87,6 @@ class OpenAIBackend(JudgeBackend):
         if logprobs: body |= dict(logprobs=True, top_logprobs=int(logprobs))
         return body
 
-
 # %% ../nbs/09_judge.ipynb #c8e63d63
 @patch
 def _one(self:OpenAIBackend, r, max_tokens, temperature, logprobs) -> JudgeReply:
@@ -103,11 +107,11 @@ def _one(self:OpenAIBackend, r, max_tokens, temperature, logprobs) -> JudgeReply
     except (KeyError, IndexError, TypeError, ValueError) as e:
         return JudgeReply(None, f"malformed response: {type(e).__name__}: {e}", time.time() - t0)
 
+# %% ../nbs/09_judge.ipynb #e8cf13b8
 @patch
 def generate(self:OpenAIBackend, requests, max_tokens=2048, temperature=0.0, logprobs=None):
     with ThreadPoolExecutor(self.max_concurrency) as pool:
         return list(pool.map(lambda r: self._one(r, max_tokens, temperature, logprobs), requests))
-
 
 # %% ../nbs/09_judge.ipynb #29abe480
 class VLLMBackend(JudgeBackend):

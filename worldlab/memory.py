@@ -51,6 +51,7 @@ def _latent_for(tokens:int) -> tuple:
     if tokens % 8: raise ValueError(f"tokens must be a multiple of 8, got {tokens}")
     return (1, 16, 1, 16, tokens//4)
 
+# %% ../nbs/12b_memory.ipynb #fd71729c
 def measure_activations(size:str, tokens=(256, 512, 1024, 2048), dtype:torch.dtype=torch.bfloat16,
                         kernels=('flash', 'math'), lora_rank:int=32, text_len:int=512,
                         math_tokens=(64, 128, 256), # token counts for the math kernel (its N² matrix is large)
@@ -97,6 +98,7 @@ def fit_activations(m:pd.DataFrame) -> pd.DataFrame:
                              max_tokens=int(g.tokens.max())))
     return pd.DataFrame(rows)
 
+# %% ../nbs/12b_memory.ipynb #43aaf2f9
 def activation_bytes(fit:pd.DataFrame, size:str, tokens:int, dtype:str='bfloat16', kernel:str='flash',
                      checkpointing:bool=False) -> float:
     "Activation bytes one video keeps for the backward pass through the whole transformer (peak, per video)."
@@ -130,6 +132,7 @@ def _weights_bytes(size:str, dtype:torch.dtype) -> dict:
     return dict(transformer=nbytes(cast_keeping_fp32(build_transformer(size, 'meta'), dtype)),
                 text_encoder=nbytes(cast_keeping_fp32(te, dtype)), vae=nbytes(vae))
 
+# %% ../nbs/12b_memory.ipynb #d604ea6c
 def plan_size(model:str, transformer_config:dict|None=None) -> str|None:
     "The Wan2.1 size a run's model is (hub id, random:..., or a folder whose transformer has a measured width)."
     try: return wan_size(model)
@@ -208,6 +211,7 @@ def fitting_changes(tc:TrainConfig, rc:RunConfig, gpus:int, card_gib:float, **kw
         if need <= card_gib: out.append((change | dict(num_frames=f), need)); break
     return out
 
+# %% ../nbs/12b_memory.ipynb #04a8622e
 def check_memory(tc:TrainConfig, rc:RunConfig, gpus:int, card_gib:float, **kw) -> pd.DataFrame:
     "The plan when the run fits `card_gib` per GPU; else a ValueError with the plan and the changes that fit."
     p = memory_plan(tc, rc, gpus, card_gib, **kw)
@@ -221,6 +225,7 @@ def check_memory(tc:TrainConfig, rc:RunConfig, gpus:int, card_gib:float, **kw) -
                         "no change of gradient_checkpointing, micro_batch, fsdp, sde_window or num_frames "
                         "makes it fit"))
 
+# %% ../nbs/12b_memory.ipynb #26f66da5
 def format_plan(p:pd.DataFrame) -> str:
     "The plan as lines of text: each part in GiB, the total and whether it fits."
     lines = [f"  {r.part:<58} {r.gib:8.2f} GiB" for r in p.itertuples()]

@@ -34,6 +34,7 @@ def as_c2w(poses) -> torch.Tensor:
         raise ValueError(f"poses must be c2w [F,4,4] (or a Trajectory); got shape {tuple(c2w.shape)}")
     return c2w
 
+# %% ../nbs/08_metrics.ipynb #9df49420
 def pose_pair(est, cmd) -> tuple[torch.Tensor, torch.Tensor]: # each [F,4,4] c2w (or Trajectory)
     "Estimated and commanded poses as c2w float64, checked to be equally long."
     est, cmd = as_c2w(est), as_c2w(cmd)
@@ -41,19 +42,23 @@ def pose_pair(est, cmd) -> tuple[torch.Tensor, torch.Tensor]: # each [F,4,4] c2w
                                                 "differ in length; subsample the longer one, e.g. traj.at(idx)")
     return est, cmd
 
+# %% ../nbs/08_metrics.ipynb #cd610138
 def relative_to_first(c2w:torch.Tensor) -> torch.Tensor: # [F,4,4]
     "The poses in the first camera's frame: `inv(c2w[0]) @ c2w` (frame 0 becomes the identity)."
     return torch.linalg.inv(c2w[:1]) @ c2w
 
+# %% ../nbs/08_metrics.ipynb #69c6c9ba
 def rotation_error_deg(Ra:torch.Tensor, Rb:torch.Tensor) -> torch.Tensor: # [...,3,3] each
     "Geodesic angle in degrees between rotations (chordal form: exact, 0 for equal inputs)."
     chord = (Ra - Rb).flatten(-2).norm(dim=-1)/(2*math.sqrt(2))
     return torch.rad2deg(2*torch.asin(chord.clamp(max=1.0)))
 
+# %% ../nbs/08_metrics.ipynb #b9f2c144
 def path_length(c2w:torch.Tensor) -> float: # [F,4,4]
     "Total distance travelled by the camera centre."
     return float(c2w[1:, :3, 3].sub(c2w[:-1, :3, 3]).norm(dim=-1).sum())
 
+# %% ../nbs/08_metrics.ipynb #af093937
 def total_rotation_deg(c2w:torch.Tensor) -> float: # [F,4,4]
     "Sum of the frame-to-frame rotation angles, in degrees."
     return float(rotation_error_deg(c2w[1:, :3, :3], c2w[:-1, :3, :3]).sum())
@@ -76,8 +81,10 @@ class Sim3:
         return out
 
 def _spread(p:torch.Tensor) -> float: return float((p - p.mean(0)).norm(dim=-1).pow(2).mean().sqrt())
+
 def _coincide(p:torch.Tensor) -> bool: return _spread(p) <= 1e-9*(1 + float(p.abs().max()))
 
+# %% ../nbs/08_metrics.ipynb #968e259d
 def _rotation_only(est, cmd, why:str) -> Sim3:
     "Rotation from the orientations, scale from the spreads (1 if either is zero), centroids matched."
     R = roma.special_procrustes((cmd[:, :3, :3] @ est[:, :3, :3].transpose(1, 2)).sum(0))
@@ -85,6 +92,7 @@ def _rotation_only(est, cmd, why:str) -> Sim3:
     s = 1.0 if _coincide(x) or _coincide(y) else _spread(y)/_spread(x)
     return Sim3(R, y.mean(0) - s*R @ x.mean(0), s, f'rotation_only: {why}')
 
+# %% ../nbs/08_metrics.ipynb #6db29250
 def _roll_from_orientations(R0, est, cmd, d) -> torch.Tensor: # d [3] unit direction of the commanded line
     "Among R(d, θ) R0 (equal fits of collinear centres), the one that best aligns the orientations."
     A = R0 @ (est[:, :3, :3] @ cmd[:, :3, :3].transpose(1, 2)).sum(0)
@@ -137,6 +145,7 @@ def ransac_align(est:torch.Tensor, cmd:torch.Tensor, # [F,4,4] c2w each
     if best_inl is not None and best_inl.sum() >= 3: best = umeyama_align(est, cmd, best_inl)
     return replace(best, inliers=best_inl)
 
+# %% ../nbs/08_metrics.ipynb #48bf92a5
 def align_poses(est, cmd, # estimated and commanded poses: [F,4,4] c2w or Trajectory
                 ransac:bool|None=None, # None: RANSAC from 6 frames on (the release), else plain Umeyama
                 **ransac_kwargs, # sample_size, iters, threshold, seed
@@ -157,6 +166,7 @@ def _cos01(a:torch.Tensor, b:torch.Tensor, eps:float) -> float:
 
 def _extent(a:float, b:float, eps:float) -> float: return math.exp(-abs(math.log((a + eps)/(b + eps))))
 
+# %% ../nbs/08_metrics.ipynb #d33f37b1
 def translation_profile(est_rel:torch.Tensor, cmd_rel:torch.Tensor, # [F,4,4] each, relative to the first frame
                         z_ref:float=1.0, static_scale:float=3.0) -> tuple[float, dict]:
     "The release's translation score of aligned relative poses, with its parts."
@@ -169,6 +179,7 @@ def translation_profile(est_rel:torch.Tensor, cmd_rel:torch.Tensor, # [F,4,4] ea
                  error=math.exp(-err/(2*step)), mean_error=err, moved=moved, static=False)
     return 0.4*parts['path'] + 0.3*parts['extent'] + 0.3*parts['error'], parts
 
+# %% ../nbs/08_metrics.ipynb #bcef7c55
 def rotation_profile(est_rel:torch.Tensor, cmd_rel:torch.Tensor, # [F,4,4] each, relative to the first frame
                      static_scale_deg:float=5.0) -> tuple[float, dict]:
     "The release's rotation score of aligned relative poses, with its parts."
@@ -189,6 +200,7 @@ def _trajectory_score_paper(est, cmd, z_ref, ransac, tau) -> tuple[float, dict]:
     return 0.5*(t + r), dict(translation=t, rotation=r, translation_error=e_t, rotation_error_deg=e_r,
                              alignment=sim.status, scale=sim.s)
 
+# %% ../nbs/08_metrics.ipynb #9ba6167b
 def _trajectory_score_release(est, cmd, z_ref, ransac, static_scale) -> tuple[float, dict]:
     cmd_rel = relative_to_first(cmd)
     if path_length(cmd_rel) < 1e-6*z_ref: aligned, status, s = est, 'not aligned: static translation command', 1.0
@@ -215,6 +227,7 @@ def release_commanded(cmd:torch.Tensor, z_ref:float=1.0) -> torch.Tensor: # [F,4
     c[:, :3, 3] = c[:, :3, 3]*(1000.0/z_ref) + torch.tensor(RELEASE_START, dtype=torch.float64)
     return torch.tensor([[[float(f'{x:.6g}') for x in row] for row in P] for P in c.tolist()], dtype=torch.float32)
 
+# %% ../nbs/08_metrics.ipynb #baac42f5
 def evo_umeyama(x:torch.Tensor, y:torch.Tensor) -> Sim3|None: # [n,3] centres: estimated, commanded
     "Umeyama as `evo.core.geometry` does it: None where evo raises (cross-covariance rank below 2)."
     xc, yc = (x - x.mean(0)).double(), (y - y.mean(0)).double()       # centred in the input's dtype, summed in float64
@@ -233,10 +246,12 @@ def _affine_inv(P:torch.Tensor) -> torch.Tensor: # [...,4,4]: [R t] -> [R^T -R^T
     out[..., :3, :3], out[..., :3, 3] = Rt, -(Rt @ P[..., :3, 3:])[..., 0]
     return out
 
+# %% ../nbs/08_metrics.ipynb #ae1b18ca
 def _sim3_apply(m:Sim3, P:torch.Tensor) -> torch.Tensor: # [F,4,4] c2w (float64)
     out = P.clone(); out[:, :3, :3] = m.R @ P[:, :3, :3]; out[:, :3, 3] = m.s*P[:, :3, 3] @ m.R.T + m.t
     return out
 
+# %% ../nbs/08_metrics.ipynb #5e16c9d5
 def release_ransac(est:torch.Tensor, cmd:torch.Tensor, iters:int=10, seed:int=0) -> Sim3|None: # [F,4,4] c2w each
     "`pose_align._ransac_align_sim3` over `evo_umeyama`: None where the release's alignment raises."
     x, y, F = est[:, :3, 3].double(), cmd[:, :3, 3].double(), len(est)
@@ -263,6 +278,7 @@ def _geodesic_deg32(A:torch.Tensor, B:torch.Tensor) -> torch.Tensor: # [...,3,3]
     tr = (A.to(dt).transpose(-1, -2) @ B.to(dt)).diagonal(dim1=-2, dim2=-1).sum(-1)
     return torch.rad2deg(torch.arccos(((tr - 1)*0.5).clamp(-1, 1)))
 
+# %% ../nbs/08_metrics.ipynb #086461ad
 def _release_profile(pred:torch.Tensor, tgt:torch.Tensor) -> tuple[float, dict]: # relative c2w [F,4,4] float32 each
     "`_compute_motion_profile_scores` of the release, thresholds in its units."
     pc, tc = pred[:, :3, 3], tgt[:, :3, 3]
@@ -284,7 +300,6 @@ def _release_profile(pred:torch.Tensor, tgt:torch.Tensor) -> tuple[float, dict]:
     else: w = (0.5*(ts + rs), None)
     return min(max(w[0], 0.0), 1.0), dict(translation=ts, rotation=rs, t_moved=pt, t_commanded=tt, r_turned=pr,
                                           r_commanded=trr)
-
 
 # %% ../nbs/08_metrics.ipynb #88d7a8c0
 def trajectory_score_exact_release(est, # estimated c2w [F,4,4] (its reconstruction's units)
@@ -351,6 +366,7 @@ def camera_metrics(est, ref, # estimated and reference poses: c2w [F,4,4] (or Tr
                 TransErr=float((e[:, :, 3] - r[:, :, 3]).norm(dim=-1).sum()),
                 CamMC=float((e - r).flatten(1).norm(dim=-1).sum()))
 
+# %% ../nbs/08_metrics.ipynb #4d75963c
 def camera_metrics_table(clips:dict, # {clip name: (estimated poses, reference poses)}
                          **kwargs, # passed to camera_metrics
                         ) -> pd.DataFrame:
@@ -405,6 +421,7 @@ def alexnet_checkpoint() -> Path:
     "Where torchvision (and so lpips) looks for the ImageNet AlexNet weights: the torch hub cache."
     return Path(torch.hub.get_dir())/'checkpoints'/ALEXNET_CHECKPOINT
 
+# %% ../nbs/08_metrics.ipynb #5006fabb
 @functools.lru_cache(maxsize=4)
 def _build_lpips(trunk:str, device:str):
     import lpips
@@ -416,6 +433,7 @@ def _build_lpips(trunk:str, device:str):
     model.label, model.trunk = LPIPS_LABELS[trunk], trunk
     return model.eval().requires_grad_(False).to(device)
 
+# %% ../nbs/08_metrics.ipynb #7a6859be
 def load_lpips(trunk:str='imagenet', # 'imagenet' (the real metric) or 'random' (plumbing tests only, labelled)
                device:str='cpu'):
     "AlexNet LPIPS v0.1 (`lpips` package) with a `.label` for tables and figures; cached per (trunk, device)."
@@ -431,7 +449,6 @@ def load_lpips(trunk:str='imagenet', # 'imagenet' (the real metric) or 'random' 
             "or set TORCH_HOME to a folder whose hub/checkpoints/ holds it. "
             "(load_lpips(trunk='random') gives an untrained trunk for plumbing tests only.)")
     return _build_lpips(trunk, str(device))
-
 
 # %% ../nbs/08_metrics.ipynb #54181391
 def lpips_distance(a:torch.Tensor, b:torch.Tensor, # [F,3,H,W] each in [0, 1]
@@ -460,6 +477,7 @@ def recon_metrics(video:torch.Tensor, rerender:torch.Tensor, # [F,3,H,W] each in
                 LPIPS=float(lpips_distance(video, rerender, lpips_model).mean()), lpips_model=lpips_model.label,
                 frames=len(video))
 
+# %% ../nbs/08_metrics.ipynb #9c47aaf4
 def consistency_table(clips, # {name: (video, rerender)} or [{'video':..., 'rerender':..., other columns...}]
                       lpips_model=None, # from load_lpips; None: the ImageNet trunk
                       by:str|list|None=None, # group and average by these columns (e.g. 'model')
@@ -474,6 +492,7 @@ def consistency_table(clips, # {name: (video, rerender)} or [{'video':..., 'rere
     return df.groupby(by).agg(PSNR=('PSNR', 'mean'), SSIM=('SSIM', 'mean'), LPIPS=('LPIPS', 'mean'),
                               clips=('PSNR', 'size'), lpips_model=('lpips_model', 'first'))
 
+# %% ../nbs/08_metrics.ipynb #0a5f28f7
 def plot_consistency(df:pd.DataFrame, # from consistency_table
                      x:str='clip', # column (or index name) along the x axis
                      color:str|None=None): # column to colour by

@@ -16,7 +16,7 @@ import torch.nn.functional as F
 from .camera import PRIMITIVES, trajectory_from_prompt
 from .core import project_root, read_video, to_uint8
 from .corpus import COLOURS, DYNAMICS, PLACES, SHAPES, load_layout_depth, read_corpus
-from .policy import WanPolicy
+from .policy import WanPolicy, dtype_kwargs
 from .prompts import camera_phrase
 from .sampler import sample
 from .warp import camera_noise
@@ -33,6 +33,7 @@ def caption_words(captions:list[str]) -> list[str]:
     "The sorted lower-case words and punctuation marks of `captions` (split as the tokenizer splits)."
     return sorted({w for c in captions for w in re.findall(r"\w+|[^\w\s]+", c.lower())})
 
+# %% ../nbs/11b_miniwan.ipynb #30f4ece7
 def corpus_vocabulary() -> list[str]:
     "Every word a corpus caption can use: camera sentences of all primitives, subjects, motions and places."
     caps = [camera_phrase([a, b]) for a in PRIMITIVES for b in PRIMITIVES]
@@ -40,6 +41,7 @@ def corpus_vocabulary() -> list[str]:
              for _, verbs in DYNAMICS.values() for v in verbs]
     return caption_words(caps)
 
+# %% ../nbs/11b_miniwan.ipynb #20c7bca0
 def word_tokenizer(words:list[str], max_len:int=32):
     "A word-level `PreTrainedTokenizerFast` (lower-cased, split on spaces and punctuation) over `words`."
     from tokenizers import Tokenizer, models, normalizers, pre_tokenizers
@@ -64,6 +66,7 @@ class MiniWanConfig:
     max_len:int = 32                  # caption tokens
     shift:float = 2.0                 # flow-matching timestep shift (Wan2.1 480p: 3)
 
+# %% ../nbs/11b_miniwan.ipynb #d5a8b7cd
 def build_mini_wan(words:list[str]|None=None, # tokenizer vocabulary (default: corpus_vocabulary())
                    cfg:MiniWanConfig=MiniWanConfig(), seed:int=0):
     "A mini-Wan `WanPipeline` with random weights, built offline from configs."
@@ -86,6 +89,7 @@ def build_mini_wan(words:list[str]|None=None, # tokenizer vocabulary (default: c
     return WanPipeline(tokenizer=tok, text_encoder=te, transformer=tr, vae=vae,
                        scheduler=FlowMatchEulerDiscreteScheduler(shift=cfg.shift))
 
+# %% ../nbs/11b_miniwan.ipynb #37f2661b
 def count_parameters(pipe) -> dict:
     "Parameters per component, in millions."
     parts = ('text_encoder', 'vae', 'transformer')
@@ -101,10 +105,12 @@ def shipped_dir(name:str, env:str) -> Path: # a folder under data/; the environm
                                 f"{env}")
     return root/'data'/name
 
+# %% ../nbs/11b_miniwan.ipynb #1eea0e1d
 def mini_wan_dir() -> Path:
     "Where the shipped mini-Wan lives: `<project>/data/mini_wan` (or `$WORLDLAB_MINI_WAN`)."
     return shipped_dir('mini_wan', 'WORLDLAB_MINI_WAN')
 
+# %% ../nbs/11b_miniwan.ipynb #07e9da4f
 LAYOUT_TRANSFORMER = 'data/mini_wan_layout/transformer'   # mini-Wan's transformer fine-tuned on layout-warped noise
 
 def load_mini_wan(path:str|Path|None=None, device='cpu',
@@ -124,7 +130,7 @@ def load_mini_wan(path:str|Path|None=None, device='cpu',
     if not (tp/'config.json').exists():
         raise FileNotFoundError(f"no transformer at {tp} (a folder with config.json and its weights, as "
                                 f"save_pretrained writes)")
-    tr = WanTransformer3DModel.from_pretrained(str(tp), torch_dtype=torch.float32).to(pol.device).eval()
+    tr = WanTransformer3DModel.from_pretrained(str(tp), **dtype_kwargs(torch.float32)).to(pol.device).eval()
     old = pol.transformer.config
     keys = ('in_channels', 'out_channels', 'text_dim', 'patch_size')
     diff = {k: (old[k], tr.config[k]) for k in keys if old[k] != tr.config[k]}
@@ -147,6 +153,7 @@ class Clips:
         F_, H, W = self.frames.shape[1:4]
         return trajectory_from_prompt(self.captions[i], F_, H, W)
 
+# %% ../nbs/11b_miniwan.ipynb #0ae87a19
 def load_clips(folder:str|Path, split:str, limit:int|None=None) -> Clips:
     "The finished clips of one split of a corpus folder (at most `limit`, in id order)."
     df = read_corpus(folder)
@@ -155,6 +162,7 @@ def load_clips(folder:str|Path, split:str, limit:int|None=None) -> Clips:
     frames = torch.from_numpy(np.stack([read_video(p)[0] for p in df.path]))
     return Clips(frames, list(df.caption), list(df.id), list(df.dynamic))
 
+# %% ../nbs/11b_miniwan.ipynb #95b7444d
 def to_vae(frames:torch.Tensor) -> torch.Tensor: # uint8 [B,F,H,W,3]
     "VAE input `[B,3,F,H,W]` in [-1, 1]."
     return frames.permute(0, 4, 1, 2, 3).float()/127.5 - 1
@@ -171,6 +179,7 @@ def vae_loss(vae, x:torch.Tensor, # [B,3,F,H,W] in [-1,1]
     return (y - x).abs().mean() + mse + kl_weight*kl, dict(psnr=float(10*torch.log10(4/mse.detach())),
                                                            kl=float(kl.detach()))
 
+# %% ../nbs/11b_miniwan.ipynb #348c070c
 def vae_batches(clips:Clips, batch:int=4, window:int=9, crop:int=0): # crop: square crops of this size (0: whole frames)
     "A batch function `(step, generator) -> [B,3,window,h,w]` of random windows (and crops) of random clips."
     H, W = clips.frames.shape[2:4]
@@ -185,6 +194,7 @@ def vae_batches(clips:Clips, batch:int=4, window:int=9, crop:int=0): # crop: squ
         return to_vae(torch.stack([clips.frames[a, b:b + window, r:r + c, s:s + c] for a, b, r, s in where]))
     return fn
 
+# %% ../nbs/11b_miniwan.ipynb #eeb4e6d7
 @torch.no_grad()
 def vae_roundtrip(vae, frames:torch.Tensor, batch:int=8) -> torch.Tensor: # uint8 [N,F,H,W,3]
     "Frames through the VAE (posterior mean), float `[N,F,3,H,W]` in [0,1]."
@@ -199,6 +209,7 @@ def scene_caption(caption:str) -> str:
     "The caption without its leading camera sentence ('Camera ... .'): what the scene is, not how it is filmed."
     return re.sub(r'^\s*camera\b[^.]*\.\s*', '', caption, flags=re.I)
 
+# %% ../nbs/11b_miniwan.ipynb #5eebca92
 def training_caption(caption:str, camera_text:str, generator:torch.Generator) -> str:
     ("The caption a training step reads: its own camera sentence ('true'), none ('none'), or half the time a random "
      "one ('random').")
@@ -215,6 +226,7 @@ def shifted_sigma(u:torch.Tensor, shift:float) -> torch.Tensor:
     "The scheduler's timestep shift applied to σ in [0, 1]: `s·u / (1 + (s − 1)·u)`."
     return shift*u/(1 + (shift - 1)*u)
 
+# %% ../nbs/11b_miniwan.ipynb #6eeb71fa
 def training_noise(clips:Clips, idx:list[int], shape:tuple, warp_share:float, generator:torch.Generator,
                    max_degradation:float=0.5, spatial:int=4,
                    depth:torch.Tensor|None=None, # first-frame depth to warp by (`warp.depth_warp`): [H,W] for every
@@ -252,12 +264,14 @@ def encode_clips(vae, clips:Clips, batch:int=8, progress:bool=False) -> torch.Te
     return torch.cat([vae.encode(to_vae(clips.frames[i:i + batch])).latent_dist.mean
                       for i in tqdm(range(0, len(clips), batch), disable=not progress, desc='encode')])
 
+# %% ../nbs/11b_miniwan.ipynb #fb92843b
 def set_latent_stats(vae, latents:torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]: # [N,C,T,h,w]
     "Measure per-channel mean and std of `latents` and register them in the VAE config."
     mean, std = latents.mean((0, 2, 3, 4)), latents.std((0, 2, 3, 4)).clamp_min(1e-3)
     vae.register_to_config(latents_mean=mean.tolist(), latents_std=std.tolist())
     return mean, std
 
+# %% ../nbs/11b_miniwan.ipynb #ef00c432
 def normalise(vae, latents:torch.Tensor) -> torch.Tensor:
     "Latents in the diffusion model's units: `(z − mean) / std` per channel."
     c = vae.config
@@ -284,6 +298,7 @@ def initial_latents(policy, prompts:list[str], seeds:list[int], num_frames:int=1
     return _draws(policy, prompts, gens, num_frames, H, W, noise, degradation, depths,
                   load_layout_depth() if noise == 'layout' else None)
 
+# %% ../nbs/11b_miniwan.ipynb #080eda3d
 def _draws(policy, prompts, gens, num_frames, H, W, noise, degradation, depths, layout) -> torch.Tensor:
     "One draw `[B,C,T,h,w]` of `noise` per prompt, each from its own generator."
     shape = policy.latent_shape(num_frames, H, W)
@@ -334,6 +349,7 @@ def generate(policy, prompts:list[str], seeds:list[int], num_frames:int=17, H:in
         out.append(roll.video.cpu())
     return torch.cat(out)
 
+# %% ../nbs/11b_miniwan.ipynb #ca2258a6
 SDE_SEED = 1 << 40   # generate()'s SDE draws use generators seeded seed + SDE_SEED
 
 def video_grid(videos:torch.Tensor, frames:int=5) -> np.ndarray: # [B,F,3,H,W] in [0,1]

@@ -30,12 +30,14 @@ def implicit_policies(v:torch.Tensor, v_old:torch.Tensor, beta:float=1.0) -> tup
     v_old = v_old.detach()
     return beta*v + (1 - beta)*v_old, (1 + beta)*v_old - beta*v
 
+# %% ../nbs/12c_nft.ipynb #a9cbba52
 def adaptive_x0_loss(x0_pred:torch.Tensor, x0:torch.Tensor) -> torch.Tensor: # [B,...] each
     "Per-sample `mean((x̂0 − x0)²) / mean|x̂0 − x0|` [B], the weight detached and at least 1e-5 (DiffusionNFT)."
     dims = tuple(range(1, x0.ndim))
     with torch.no_grad(): w = (x0_pred.double() - x0.double()).abs().mean(dims, keepdim=True).clamp_min(1e-5)
     return ((x0_pred - x0)**2/w).mean(dims).to(x0_pred.dtype)
 
+# %% ../nbs/12c_nft.ipynb #be83d7ef
 def nft_loss(v:torch.Tensor, v_old:torch.Tensor, # [B,...] trained and old velocities at x_t
              x_t:torch.Tensor, x0:torch.Tensor, # [B,...] the noised and the clean rollout latents
              sigma:torch.Tensor, r:torch.Tensor, # [B] noise levels; optimality probabilities
@@ -132,11 +134,13 @@ def old_weights(self:NFTTrainer):
         with torch.no_grad():
             for p, k in zip(self.params, kept): p.copy_(k)
 
+# %% ../nbs/12c_nft.ipynb #441356e0
 @patch
 def window(self:NFTTrainer) -> tuple[int, int]:
     "No SDE steps for ODE rollouts; every step an SDE step for `nft_rollout='sde'`."
     return (0, 0) if self.cfg.nft_rollout == 'ode' else (0, self.cfg.num_steps)
 
+# %% ../nbs/12c_nft.ipynb #55f70048
 @patch
 def rollout(self:NFTTrainer, prompts:list[str], mine:list[int], win:tuple[int, int]) -> tuple[list, list]:
     "Phase 1: each group's videos sampled by the old policy (`Trainer.rollout` under its weights)."
@@ -188,6 +192,7 @@ def nft_levels(self:NFTTrainer, G:int, g:torch.Generator) -> torch.Tensor:
     k = max(1, {'round': round, 'floor': math.floor}[c.timestep_rounding](c.timestep_fraction*S))
     return torch.stack([torch.randperm(S, generator=g)[:k] for _ in range(G)])
 
+# %% ../nbs/12c_nft.ipynb #e21046ac
 @patch
 def update(self:NFTTrainer, rolls:list, embs:list, A:dict, win:tuple[int, int]) -> tuple[list[dict], float]:
     ("Phase 4: back-propagate the NFT loss per noise level and micro-batch (mean over trained videos and levels), "
@@ -230,6 +235,7 @@ def state(self:NFTTrainer) -> dict:
     "`Trainer.state` and the old policy's adapter (full CPU tensors)."
     return Trainer.state(self) | dict(old=[_full(o).cpu() for o in self.old])
 
+# %% ../nbs/12c_nft.ipynb #9fee0989
 @patch
 def load(self:NFTTrainer, path:str|Path) -> dict:
     "`Trainer.load`, and the old policy's adapter."

@@ -5,7 +5,7 @@ from configs, one interface for both."""
 
 # %% ../nbs/11_policy.ipynb #4e1bc9ee
 from __future__ import annotations
-import contextlib, math
+import contextlib, functools, inspect, math
 from pathlib import Path
 
 import torch
@@ -14,7 +14,7 @@ from fastcore.basics import patch
 from .core import pick_device, pick_dtype, wan_latent_shape
 
 # %% auto #0
-__all__ = ['TINY_WORDS', 'tiny_tokenizer', 'tiny_wan', 'cast_keeping_fp32', 'WanPolicy', 'add_lora_to']
+__all__ = ['TINY_WORDS', 'tiny_tokenizer', 'tiny_wan', 'cast_keeping_fp32', 'dtype_kwargs', 'WanPolicy', 'add_lora_to']
 
 # %% ../nbs/11_policy.ipynb #6558ab9c
 TINY_WORDS = ('camera push pull in out move left right orbit pan fixed then a an the of on at in with and under over '
@@ -31,6 +31,7 @@ def tiny_tokenizer(max_length:int=512):
     return PreTrainedTokenizerFast(tokenizer_object=tk, pad_token='<pad>', eos_token='</s>', unk_token='<unk>',
                                    model_max_length=max_length)
 
+# %% ../nbs/11_policy.ipynb #bf614c65
 def tiny_wan(folder:str|Path|None=None, # save the pipeline here (it then loads with from_pretrained)
              seed:int=0, layers:int=2, width:int=32, text_dim:int=32):
     "A tiny `WanPipeline` built offline from configs (random weights)."
@@ -61,6 +62,7 @@ def _kept_in_fp32(module:torch.nn.Module, dtype:torch.dtype) -> set:
     return ((names('_keep_in_fp32_modules_strict') if dtype in (torch.float16, torch.bfloat16) else set())
             | (names('_keep_in_fp32_modules') if dtype == torch.float16 else set()))
 
+# %% ../nbs/11_policy.ipynb #a4813f04
 def cast_keeping_fp32(module:torch.nn.Module, dtype:torch.dtype, device=None) -> torch.nn.Module:
     ("Move `module` to `device` and cast its floating parameters and buffers to `dtype`, except those of the modules "
      "its loader keeps in float32 (`_kept_in_fp32`; a listed name is one of the dotted parts of the tensor's name).")
@@ -76,6 +78,16 @@ def cast_keeping_fp32(module:torch.nn.Module, dtype:torch.dtype, device=None) ->
                 if isinstance(t, torch.nn.Parameter): t.data = t.data.to(want)
                 else: store[k] = t.to(want)
     return module
+
+# %% ../nbs/11_policy.ipynb #b5dd4d3c
+@functools.cache
+def _reads_dtype() -> bool:
+    from diffusers.models.modeling_utils import ModelMixin
+    return 'kwargs.pop("dtype"' in inspect.getsource(ModelMixin.from_pretrained)
+
+def dtype_kwargs(dtype:torch.dtype) -> dict:
+    "`from_pretrained`'s dtype argument for the installed diffusers: `dtype=`, or `torch_dtype=` before it existed."
+    return {'dtype' if _reads_dtype() else 'torch_dtype': dtype}
 
 # %% ../nbs/11_policy.ipynb #16914d14
 class WanPolicy:
@@ -98,7 +110,7 @@ class WanPolicy:
         "Load Wan2.1-T2V (1.3B or 14B, Diffusers format) or a saved tiny twin."
         from diffusers import WanPipeline
         dev = pick_device(device); dt = pick_dtype(dtype, dev)
-        try: pipe = WanPipeline.from_pretrained(str(path), torch_dtype=dt)
+        try: pipe = WanPipeline.from_pretrained(str(path), **dtype_kwargs(dt))
         except (OSError, ValueError) as e:
             raise OSError(f"cannot load a Wan pipeline from {path!r}: download it first (huggingface-cli download "
                           f"Wan-AI/Wan2.1-T2V-1.3B-Diffusers --local-dir DIR) and pass DIR, "
@@ -120,6 +132,7 @@ def vae_scale(self:WanPolicy) -> tuple[int, int]:
     cfg = self.pipe.vae.config
     return getattr(cfg, 'scale_factor_temporal', None) or 4, getattr(cfg, 'scale_factor_spatial', None) or 8
 
+# %% ../nbs/11_policy.ipynb #c083f31d
 @patch
 def latent_shape(self:WanPolicy, num_frames:int, H:int, W:int) -> tuple:
     "`(C, T, h, w)` of this model's latents for a video (frames 4k+1)."
@@ -168,6 +181,7 @@ def decode(self:WanPolicy, latents:torch.Tensor) -> torch.Tensor:
     video = self.pipe.vae.decode((latents.float()*std + mean).to(self.pipe.vae.dtype), return_dict=False)[0]
     return ((video.float() + 1)/2).clamp(0, 1).permute(0, 2, 1, 3, 4)
 
+# %% ../nbs/11_policy.ipynb #c555ec40
 @patch
 def schedule(self:WanPolicy, num_steps:int) -> tuple[torch.Tensor, torch.Tensor]:
     "`(sigmas [num_steps+1], timesteps [num_steps])` of the model's scheduler."
@@ -200,6 +214,7 @@ def add_lora(self:WanPolicy, rank:int=32, alpha:int=64, targets=('to_q', 'to_k',
     "`add_lora_to` this policy's transformer: its trainable parameters."
     return add_lora_to(self.transformer, rank, alpha, targets, name)
 
+# %% ../nbs/11_policy.ipynb #072bb77c
 @patch
 @contextlib.contextmanager
 def reference(self:WanPolicy):
@@ -208,12 +223,14 @@ def reference(self:WanPolicy):
     try: yield self
     finally: self.transformer.enable_adapters()
 
+# %% ../nbs/11_policy.ipynb #f0b3d557
 @patch
 def lora_state(self:WanPolicy) -> dict:
     "The adapter's weights (what a checkpoint needs)."
     from peft.utils import get_peft_model_state_dict
     return {k: v.detach().clone() for k, v in get_peft_model_state_dict(self.transformer).items()}
 
+# %% ../nbs/11_policy.ipynb #fe0a1425
 @patch
 def load_lora_state(self:WanPolicy, state:dict):
     "Put adapter weights from `lora_state` back."

@@ -196,6 +196,7 @@ def prompt_stats(records:list[PromptRecord]) -> dict:
         words=df.groupby('split').words.describe().round(1),
         table=df)
 
+# %% ../nbs/06_prompts.ipynb #a843dd59
 def category_camera_heatmap(records:list[PromptRecord], title:str=''):
     "Plotly heatmap: how often each camera move appears with each category."
     import pandas as pd, plotly.express as px
@@ -430,12 +431,14 @@ def _subjects(sub:str, test:bool) -> list[tuple[str, set]]:
         if (held == 'test') == test: out.append((name, {_CODE[t] for t in tags}))
     return out
 
+# %% ../nbs/06_prompts.ipynb #fe1e1b69
 def camera_phrase(cameras:list[str]) -> str:
     "The release's leading sentence for a camera sequence, e.g. 'Camera push in, then pan right.'"
     words = [c.replace('_', ' ') for c in cameras]
     if len(words) == 1: return f"Camera {words[0]}."
     return f"Camera {', '.join(words[:-1])}, then {words[-1]}."
 
+# %% ../nbs/06_prompts.ipynb #fb0dffad
 def _largest_remainder(total:int, weights:dict) -> dict:
     raw = {k: total*v/sum(weights.values()) for k, v in weights.items()}
     out = {k: int(v) for k, v in raw.items()}
@@ -495,6 +498,7 @@ def template_prompt(item:PlanItem, rnd) -> str:
               f"{subject}, {detail}, {setting}."]
     return f"{camera_phrase(item.cameras)} {rnd.choice(shapes)}"
 
+# %% ../nbs/06_prompts.ipynb #6c3f8f1e
 def generate_prompts(plan:list[PlanItem], write=None, # write(item, rnd) -> text; default: the template back-end
                      seed:int=0, max_tries:int=20) -> list[PromptRecord]:
     "Records for a plan, deduplicated (a duplicate is rewritten up to `max_tries` times, then an error)."
@@ -571,6 +575,7 @@ def transformers_chat(model_id:str, # a local path or hub id of a chat model
         return tok.decode(out[0, ids.shape[1]:], skip_special_tokens=True)
     return chat
 
+# %% ../nbs/06_prompts.ipynb #e016d04d
 def vllm_chat(model_id:str, max_tokens:int=300, temperature:float=0.9, **llm_kw):
     "A `chat` function backed by vLLM's offline `LLM.chat` (GPU nodes)."
     try: from vllm import LLM, SamplingParams
@@ -591,6 +596,7 @@ def save_prompt_set(records:list[PromptRecord], folder:str|Path) -> Path:
         (folder/f'{split}.txt').write_text(''.join(r.text + '\n' for r in rs), encoding='utf-8')
     return folder
 
+# %% ../nbs/06_prompts.ipynb #38391880
 def read_jsonl(path:str|Path) -> list[PromptRecord]:
     "Records from a JSONL prompt file; errors name the file, line and field."
     path, out = Path(path), []

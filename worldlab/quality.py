@@ -27,6 +27,7 @@ DENOISING_LABEL = ("R_gen stand-in: base mini-Wan denoising likelihood "
 
 def _has_adapter(transformer) -> bool: return bool(getattr(transformer, '_hf_peft_config_loaded', False))
 
+# %% ../nbs/11c_quality.ipynb #60e4f47b
 def denoising_quality(policy, sigmas=(0.3, 0.5, 0.7), # noise levels to test the video at
                       seed:int=0, batch:int=8):
     "A reward `fn(videos, prompts, metas)`: minus the base model's mean flow-matching error on each video's latents."
@@ -74,12 +75,14 @@ class ClipQualityModel(nn.Module):
 # %% ../nbs/11c_quality.ipynb #9ab9f360
 def _uniform(g, lo:float, hi:float) -> float: return lo + (hi - lo)*float(torch.rand((), generator=g))
 
+# %% ../nbs/11c_quality.ipynb #6768d4b2
 def soften(video:torch.Tensor, g:torch.Generator) -> torch.Tensor: # [F,3,H,W] in [0,1]
     "Bilinear down-sampling by a factor drawn from [1.3, 2.5] (antialiased), then back up to the same size."
     H, W = video.shape[-2:]; f = _uniform(g, 1.3, 2.5)
     small = F.interpolate(video, size=(round(H/f), round(W/f)), mode='bilinear', antialias=True, align_corners=False)
     return F.interpolate(small, size=(H, W), mode='bilinear', align_corners=False).clamp(0, 1)
 
+# %% ../nbs/11c_quality.ipynb #66a01c50
 def dull(video:torch.Tensor, g:torch.Generator) -> torch.Tensor: # [F,3,H,W] in [0,1]
     "Contrast 70–92% about the clip's mean colour; half the time also saturation 50–90% about each pixel's grey."
     mean = video.mean((0, 2, 3), keepdim=True)                         # [1,3,1,1]: the clip's mean colour
@@ -100,6 +103,7 @@ def flicker(video:torch.Tensor, g:torch.Generator) -> torch.Tensor: # [F,3,H,W] 
     noise[0] = 0
     return (video + noise).clamp(0, 1)
 
+# %% ../nbs/11c_quality.ipynb #f00f9acb
 def jitter(video:torch.Tensor, g:torch.Generator) -> torch.Tensor: # [F,3,H,W] in [0,1]
     "Every frame after the first resampled along its own smooth random displacement field, std 0.3–1.5 px."
     n, _, H, W = video.shape
@@ -131,6 +135,7 @@ def quality_batch(real:torch.Tensor, # uint8 [N,F,H,W,3] corpus clips
     x[mirror] = x[mirror].flip(-1)
     return x, torch.cat([torch.ones(half), torch.zeros(batch - half)])
 
+# %% ../nbs/11c_quality.ipynb #f67dd512
 def train_quality_model(real:torch.Tensor, # uint8 [N,F,H,W,3] corpus clips
                  generated:torch.Tensor|None, # uint8 [M,F,H,W,3] mini-Wan samples (None: corruptions only)
                  steps:int=600, batch:int=32, gen_share:float=0.5, lr:float=2e-3, width:int=16,
@@ -156,6 +161,7 @@ def quality_model_dir() -> Path:
     "Where the shipped quality model lives: `<project>/data/mini_quality` (or `$WORLDLAB_QUALITY_MODEL`)."
     return shipped_dir('mini_quality', 'WORLDLAB_QUALITY_MODEL')
 
+# %% ../nbs/11c_quality.ipynb #8e74f5f2
 def save_quality_model(quality_model:ClipQualityModel, folder:str|Path,
                        **info) -> Path: # info: what it was trained on, for quality.json
     "Write `quality.safetensors` and `quality.json` (width and `info`) to `folder`."
@@ -165,6 +171,7 @@ def save_quality_model(quality_model:ClipQualityModel, folder:str|Path,
     save_json(dict(width=quality_model.width, label=QUALITY_LABEL, **info), folder/'quality.json')
     return folder
 
+# %% ../nbs/11c_quality.ipynb #cf676015
 def load_quality_model(path:str|Path|None=None) -> ClipQualityModel:
     "A saved quality model (default: the shipped one), in eval mode."
     from safetensors.torch import load_file
@@ -177,6 +184,7 @@ def load_quality_model(path:str|Path|None=None) -> ClipQualityModel:
     quality_model.load_state_dict(load_file(path/'quality.safetensors'))
     return quality_model.eval()
 
+# %% ../nbs/11c_quality.ipynb #bfb09344
 def quality_reward(quality_model:ClipQualityModel|None=None, # default: load_quality_model()
                    batch:int=16):
     "A reward `fn(videos, prompts, metas)`: the quality model's logit for each video `[B,F,3,H,W]` in [0,1]."

@@ -33,6 +33,7 @@ def wan_size(size:str) -> str:
     if s not in WAN_SIZES: raise ValueError(f"unknown Wan2.1 size {size!r}: use one of {', '.join(WAN_SIZES)}")
     return s
 
+# %% ../nbs/12a_realsize.ipynb #c4e78637
 def wan_config(size:str, part:str='transformer') -> dict:
     "A shipped configuration of Wan2.1-T2V-1.3B or -14B (`part`: transformer, vae, scheduler, text_encoder)."
     if part not in WAN_PARTS: raise ValueError(f"part must be one of {', '.join(WAN_PARTS)}, got {part!r}")
@@ -52,6 +53,7 @@ def transformer_param_count(cfg:dict) -> dict:
                 condition=lin(cfg['freq_dim'], d) + lin(d, d) + lin(d, 6*d) + lin(cfg['text_dim'], d) + lin(d, d),
                 blocks=cfg['num_layers']*block, head=lin(d, cfg['out_channels']*P) + 2*d)
 
+# %% ../nbs/12a_realsize.ipynb #913f7b86
 def lora_param_count(cfg:dict, rank:int, targets=('to_q', 'to_k', 'to_v', 'to_out.0')) -> int:
     "Trainable parameters of a LoRA of `rank` on the named attention projections of every block (both attentions)."
     d = cfg['num_attention_heads']*cfg['attention_head_dim']
@@ -77,17 +79,20 @@ def text_encoder_param_count(cfg:dict) -> int:
     layer = 4*d*inner + cfg['relative_attention_num_buckets']*cfg['num_heads'] + 3*d*ff + 2*d
     return cfg['vocab_size']*d + cfg['num_layers']*layer + d
 
+# %% ../nbs/12a_realsize.ipynb #1b2d0fce
 def build_vae(size:str, seed:int=0):
     "Wan2.1's `AutoencoderKLWan` from the shipped configuration, random weights, float32."
     from diffusers import AutoencoderKLWan
     torch.manual_seed(seed)
     return AutoencoderKLWan.from_config(wan_config(size, 'vae')).eval()
 
+# %% ../nbs/12a_realsize.ipynb #76477811
 def build_scheduler(size:str):
     "Wan2.1's scheduler (UniPC on flow sigmas, shift 3) from the shipped configuration."
     from diffusers import UniPCMultistepScheduler
     return UniPCMultistepScheduler.from_config(wan_config(size, 'scheduler'))
 
+# %% ../nbs/12a_realsize.ipynb #db1f9ce3
 def standin_text_encoder(size:str, seed:int=0, max_length:int=512):
     "A stand-in for UMT5-XXL with its output width: `(tokenizer, one-layer UMT5 encoder)`, random weights."
     from transformers import UMT5Config, UMT5EncoderModel

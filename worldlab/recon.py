@@ -85,11 +85,11 @@ def render(self:Reconstruction, c2w:torch.Tensor|None=None, # [V,4,4] cameras to
            for i in range(0, len(c2w), batch)]
     return torch.cat(out).clamp(0, 1)
 
+# %% ../nbs/07_recon.ipynb #3fa7297f
 @patch
 def rerender(self:Reconstruction) -> torch.Tensor:
     "The video re-rendered along the estimated cameras, float `[F,3,H,W]` (what S_recon compares)."
     return self.render()
-
 
 # %% ../nbs/07_recon.ipynb #1ceaea34
 def grid_rays(K:torch.Tensor, H:int, W:int, # [3,3] intrinsics for (H, W)
@@ -103,6 +103,7 @@ def grid_rays(K:torch.Tensor, H:int, W:int, # [3,3] intrinsics for (H, W)
     K = K.float()
     return torch.stack([(x - K[0, 2])/K[0, 0], (y - K[1, 2])/K[1, 1], torch.ones_like(x)], -1)
 
+# %% ../nbs/07_recon.ipynb #d3007bcc
 def sample_views(frames:torch.Tensor, c2w:torch.Tensor, K:torch.Tensor, # [F,3,H,W], [F,4,4], [3,3]
                  points:torch.Tensor, # [N,3] world points
                 ) -> tuple[torch.Tensor, torch.Tensor]:
@@ -204,6 +205,7 @@ def prior_on_rays(depth_prior, frame:torch.Tensor, K:torch.Tensor, # the monocul
     logd = F.grid_sample(d.log(), grid, align_corners=False, padding_mode='border')[0, 0, 0]
     return logd, (u >= 0) & (u <= W) & (v >= 0) & (v <= H)
 
+# %% ../nbs/07_recon.ipynb #e6e5583c
 def prior_penalty(log_depth:torch.Tensor, prior) -> torch.Tensor:
     ("Mean squared log-depth difference from the prior after the best global scale "
      "(scale-invariant, Eigen et al. 2014).")
@@ -211,7 +213,6 @@ def prior_penalty(log_depth:torch.Tensor, prior) -> torch.Tensor:
     diff = log_depth - logp
     c = (diff*w).sum()/w.sum()                                      # the free scale, in closed form
     return (((diff - c)**2)*w).sum()/w.sum()
-
 
 # %% ../nbs/07_recon.ipynb #e7603f62
 def _scene(origin, dirs, p, quat) -> Gaussians:
@@ -256,6 +257,7 @@ def _check(video, c2w0, z_ref, cfg) -> str:
         return f"degenerate motion: camera baseline {_baseline(c2w0)/z_ref:.3g} z_ref < min_baseline {cfg.min_baseline}"
     return ''
 
+# %% ../nbs/07_recon.ipynb #dc1476df
 def _optimise(video, K, c2w0, origin, dirs, p, quat, z_ref, bounds, cfg, prior=None):
     "Adam on Gaussians and pose corrections, coarse then fine; the step it diverged at, or None."
     opt = torch.optim.Adam([dict(params=[p['log_depth']], lr=cfg.lr_depth), dict(params=[p['color']], lr=cfg.lr_color),
@@ -316,12 +318,14 @@ def with_gradients(image:torch.Tensor) -> torch.Tensor: # [3,H,W]
     g = kornia.filters.spatial_gradient(image[None], mode='diff', normalized=True)[0]   # [3,2,H,W]
     return torch.cat([image, g[:, 0], g[:, 1]])
 
+# %% ../nbs/07_recon.ipynb #4f20331a
 def pose_step(delta:torch.Tensor) -> torch.Tensor: # [6] float64: axis-angle ω (roma), translation v
     "The relative pose `[R(ω)|v]` `[4,4]` that `c2w @ pose_step(δ)` applies in the camera's own frame."
     T = torch.eye(4, dtype=torch.float64)
     T[:3, :3], T[:3, 3] = roma.rotvec_to_rotmat(delta[:3]), delta[3:]
     return T
 
+# %% ../nbs/07_recon.ipynb #291f0b46
 def photometric_residuals(points:torch.Tensor, colors:torch.Tensor, # [N,3] each: world points, their key-frame colours
                           image:torch.Tensor, K:torch.Tensor, # [9,H,W] from `with_gradients`; [3,3] for (H, W)
                           c2w:torch.Tensor, # [4,4] the camera to test
@@ -351,6 +355,7 @@ def _robust_cost(r, seen, k) -> float:
     a = r[seen].abs()
     return float(torch.where(a < k, 0.5*a*a, k*(a - 0.5*k)).sum(1).mean()) if seen.any() else math.inf
 
+# %% ../nbs/07_recon.ipynb #28c49aae
 def align_camera(points:torch.Tensor, colors:torch.Tensor, # [N,3] each: key-frame world points and their colours
                  image:torch.Tensor, K:torch.Tensor, c2w:torch.Tensor, # [9,H,W] (`with_gradients`), [3,3], [4,4] start
                  iters:int=10, huber:float=0.1, # Levenberg-Marquardt steps; Huber threshold on colour residuals
@@ -392,6 +397,7 @@ def keyframe_points(rec:Reconstruction, # a fitted reconstruction
     pts = (grid_rays(Ks, H//s, W//s, stride=1, margin=0)/inv_depth[..., None]).reshape(-1, 3)[keep]
     return pts @ c2w0[:3, :3].T + c2w0[:3, 3], pool(frame).reshape(3, -1).T[keep], Ks
 
+# %% ../nbs/07_recon.ipynb #aece986a
 def track_poses(rec:Reconstruction, frames, # a fitted reconstruction; its video (uint8 [F,H,W,3] or float [F,3,H,W])
                 levels=(4, 2, 1), iters=(10, 8, 6), # pyramid (pixels averaged per side) and LM steps per level
                 huber:float=0.1, min_alpha:float=0.8,
@@ -455,6 +461,7 @@ def da3_gaussians(gs, index:int=0) -> Gaussians:
     return Gaussians(gs.means[index].float(), gs.rotations[index].float(), gs.scales[index].float(), op.float(),
                      gs.harmonics[index].transpose(-1, -2).float())
 
+# %% ../nbs/07_recon.ipynb #a0aa3c8a
 def da3_to_reconstruction(pred, # a depth_anything_3 Prediction (or anything with its fields)
                           H:int, W:int, # the video's size (pred.intrinsics are for pred.depth's size)
                           z_ref:float=1.0, # frame 0's median depth is put here, as in worldlab's trajectories
@@ -491,6 +498,7 @@ def load_da3(model:str=DA3_DEFAULT, # hub name or a local folder with the downlo
                            "backend='fit' on CPU")
     return DepthAnything3.from_pretrained(model).to(device=torch.device(device)).eval()
 
+# %% ../nbs/07_recon.ipynb #5e3f05e7
 def reconstruct_da3(frames, # uint8 [F,H,W,3] or float [F,3,H,W]
                     traj:Trajectory|None=None, # only its z_ref is used (DA3 estimates the cameras itself)
                     model:str=DA3_DEFAULT, device:str='cuda', process_res:int=504, min_frames:int=3) -> Reconstruction:

@@ -29,11 +29,13 @@ def compose_rewards(weights:dict[str, float], registry:dict): # {name: weight}; 
         return total, info
     return fn
 
+# %% ../nbs/07a_reward_contract.ipynb #8361d509
 def channel_mean_reward(channel:int=0): # 0 red, 1 green, 2 blue
     "Reward: the mean of one colour channel over the whole video (for learning checks)."
     def fn(videos, prompts, metas): return videos[:, :, channel].mean(dim=(1, 2, 3)), {}
     return fn
 
+# %% ../nbs/07a_reward_contract.ipynb #9652bb8f
 def target_image_reward(target:torch.Tensor): # [3,H,W] in [0,1]
     "Reward: 1 minus the mean absolute difference of every frame to a target image (for learning checks)."
     def fn(videos, prompts, metas): return 1 - (videos - target.to(videos)).abs().mean(dim=(1, 2, 3, 4)), {}
@@ -43,6 +45,7 @@ def target_image_reward(target:torch.Tensor): # [3,H,W] in [0,1]
 class RewardFailure(Exception):
     "A video this reward cannot score: it gets NaN, with this message as its reason."
 
+# %% ../nbs/07a_reward_contract.ipynb #1e603e0d
 EXPECTED_FAILURES = (RewardFailure, ValueError, OSError, ArithmeticError, torch.linalg.LinAlgError)
 
 def per_video(videos, prompts, metas, # a batch, as the contract gives it

@@ -75,6 +75,7 @@ def _inter_len(n:int) -> int:
     if (n - 1)*il < 24*2: il = max(1, 24*2//(n - 1))
     return il
 
+# %% ../nbs/08a_rewards.ipynb #2bf03269
 def _smooth_path(P:torch.Tensor, k:int=50) -> torch.Tensor: # [N,4,4]
     "The release's path stabiliser: Gaussian-smooth the x, y axes and the centre (reflect padding), re-orthonormalise."
     n = len(P)
@@ -90,7 +91,6 @@ def _smooth_path(P:torch.Tensor, k:int=50) -> torch.Tensor: # [N,4,4]
     out = torch.eye(4, dtype=P.dtype).repeat(n, 1, 1)
     out[:, :3, 0], out[:, :3, 1], out[:, :3, 2], out[:, :3, 3] = r1, r2, torch.linalg.cross(r1, r2), sm[:, 2]
     return out
-
 
 # %% ../nbs/08a_rewards.ipynb #61e5e7c3
 def release_render_path(c2w:torch.Tensor) -> torch.Tensor: # [F,4,4] estimated cameras
@@ -148,6 +148,7 @@ def meta_view(rec, kind:str='paper', back:float=0.5, up:float=0.1) -> torch.Tens
     off = torch.eye(4, dtype=torch.float64); off[:3, 3] = torch.tensor([0.0, -up, -back], dtype=torch.float64)*scale
     return c2w[0] @ off
 
+# %% ../nbs/08a_rewards.ipynb #e55eed4f
 def parse_meta_score(reply, scoring:str='integer') -> tuple[float, str]: # a judge.JudgeReply
     ("A [0,1] score from the reply: 'integer' (first digit / 9), 'paper' (first digit x 0.1) "
      "or 'expectation' (digit probabilities, / 9).")
@@ -251,6 +252,7 @@ def _jpeg(im):
     from PIL import Image
     buf = io.BytesIO(); im.save(buf, format='JPEG'); return Image.open(io.BytesIO(buf.getvalue())).convert('RGB')
 
+# %% ../nbs/08a_rewards.ipynb #46b17a58
 def r_gen_reward(scorer, first_k:int=4, # from hpsv3_scorer, hpsv2_scorer or standin_quality_scorer
                  frames:str='first', # first: mean over the first K frames | random: one frame for the batch (release)
                  jpeg:bool=False, seed:int|None=None): # jpeg: score JPEG round trips, as the release's service does
@@ -268,7 +270,6 @@ def r_gen_reward(scorer, first_k:int=4, # from hpsv3_scorer, hpsv2_scorer or sta
             scores.append(float(np.mean(s)))
         return torch.tensor(scores, dtype=torch.float64), dict(model=[scorer.label]*len(videos))
     return fn
-
 
 # %% ../nbs/08a_rewards.ipynb #5922cf96
 def reward_3d(cache:ReconCache, lpips_model=None, judge=None, # judge: None leaves S_meta unscored (NaN)
@@ -339,6 +340,7 @@ def consistency_rerender(rec, traj:Trajectory, along:str='commanded', background
     K = traj.resized(rec.H, rec.W).K
     return render(g, traj.c2w.to(g.means), K.to(g.means), rec.H, rec.W, background=background).rgb.clamp(0, 1)
 
+# %% ../nbs/08a_rewards.ipynb #a7a69b37
 def consistency_eval(videos, trajs, # float [F,3,H,W] videos and their commanded trajectories
                      cache:ReconCache|None=None, lpips_model=None, along:str='commanded', names=None) -> 'pd.DataFrame':
     ("The 3D-consistency table: PSNR / SSIM / LPIPS of each video against its re-render "

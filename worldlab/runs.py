@@ -33,6 +33,7 @@ def notebooks_dir(nbs:str|Path|None=None, # the nbs/ folder (default: the checko
     if not p.is_dir(): raise FileNotFoundError(f"no notebooks folder at {p}")
     return p
 
+# %% ../nbs/91_runs.ipynb #bc6ee68c
 def list_runs(nbs:str|Path|None=None) -> dict[str, Path]:
     "Run notebooks by name, from `nbs/runs/` and `nbs/tutorials/`."
     found = {}
@@ -50,6 +51,7 @@ def _parameters_source(path:Path) -> str:
     cell = next((c for c in nb['cells'] if 'parameters' in c.get('metadata', {}).get('tags', [])), None)
     return ''.join(cell['source']) if cell else ''
 
+# %% ../nbs/91_runs.ipynb #21744d03
 def run_parameters(path:str|Path) -> dict[str, dict]:
     "The parameters a run notebook declares: `{name: {type, default, help, value}}`; an unreadable one is an error."
     src, nb = _parameters_source(path), Path(path).name
@@ -83,6 +85,7 @@ def _coerce(name, value, declared, path):
     if cast is str: return str(value)
     raise ValueError(f"{Path(path).name}: parameter {name} is declared {declared} but got {value!r}")
 
+# %% ../nbs/91_runs.ipynb #d9302933
 def resolve_params(path:str|Path, # the run notebook
                    params:dict|None=None, # overrides, e.g. from -p (strings are typed)
                    preset:str|None=None, # a settings.ini preset; only keys the notebook declares are used
@@ -126,12 +129,14 @@ def _choices(help:str) -> list[str]|None:
     m = re.match(rf'\s*{_ALT}(?:\s*\|\s*{_ALT})+', help)
     return re.findall(r'([\w.\-]+)(?:\s*\([^)]*\))?', m.group(0)) if m else None
 
+# %% ../nbs/91_runs.ipynb #1cfe1001
 def _not_4k1(v) -> str|None:
     "What to use instead of `v`, or None when it is a positive 4k+1."
     if isinstance(v, int) and not isinstance(v, bool) and v >= 1:
         return None if v % 4 == 1 else f"use {v - (v - 1) % 4} or {v - (v - 1) % 4 + 4}"
     return "use a positive one: 1, 5, 9, ..."
 
+# %% ../nbs/91_runs.ipynb #b8ff9d3e
 def param_problems(declared:dict, # `run_parameters` of a notebook
                    values:dict, # the values a run would use
                   ) -> list[str]:
@@ -143,6 +148,7 @@ def param_problems(declared:dict, # `run_parameters` of a notebook
         if (ok := _choices(note)) and v not in ok: out.append(f"{k} = {v!r} is not one of {', '.join(ok)}")
     return out
 
+# %% ../nbs/91_runs.ipynb #a2cd19dc
 def check_params(path:str|Path, # the run notebook
                  values:dict, # the values a run would use
                 ):
@@ -159,6 +165,7 @@ def run_state(run_dir:str|Path) -> str|None:
     st = json.loads(f.read_text())
     return st.get('state') or ('done' if st.get('ok') else 'failed')   # status files written before states existed
 
+# %% ../nbs/91_runs.ipynb #22873756
 def _same(a, b) -> bool:
     "Equal as JSON (a recorded list and a given tuple alike)."
     return json.dumps(a, sort_keys=True) == json.dumps(b, sort_keys=True)
@@ -208,6 +215,7 @@ def _papermill(src:Path, dest:Path, values:dict, cwd:str, progress:bool) -> str|
     except Exception as e: return f"{type(e).__name__}: {e}"  # kernel died, bad notebook JSON, ...
     return None
 
+# %% ../nbs/91_runs.ipynb #2dae9395
 def mark_interrupted(nb_path:Path) -> int|None:
     "Record a Ctrl-C in papermill's partial notebook (it says no exception); the code cell it stopped in, from 1."
     if not nb_path.exists(): return None
@@ -226,10 +234,10 @@ def mark_interrupted(nb_path:Path) -> int|None:
     nb_path.write_text(json.dumps(nb, indent=1))
     return None if stopped is None else sum(c['cell_type'] == 'code' for c in nb['cells'][:stopped + 1])
 
-
 # %% ../nbs/91_runs.ipynb #98a2eb59
 def _main_thread() -> bool: return threading.current_thread() is threading.main_thread()
 
+# %% ../nbs/91_runs.ipynb #6fa149a8
 class _NoInterrupts:
     "Ignore Ctrl-C and SIGTERM while bookkeeping is written (main thread only)."
     def __enter__(self):
@@ -241,6 +249,7 @@ class _NoInterrupts:
 class _Terminated(KeyboardInterrupt):
     "SIGTERM: a batch scheduler's pre-emption (SLURM signals every process of the job) or `kill`."
 
+# %% ../nbs/91_runs.ipynb #9d1e8136
 class _TermIsInterrupt:
     "While a run executes, SIGTERM stops it the way Ctrl-C does, so the run is recorded as interrupted (main thread)."
     def __enter__(self):
@@ -263,6 +272,7 @@ class RunResult:
     @property
     def ok(self) -> bool: return self.state == 'done'
 
+# %% ../nbs/91_runs.ipynb #ba736a86
 def _warnings(run_dir:Path) -> list[str]:
     "The `warnings` list a run notebook put in its `metrics.json`."
     try: return [str(w) for w in json.loads((run_dir/'metrics.json').read_text()).get('warnings', [])]
@@ -310,6 +320,7 @@ def execute_run(name:str, # a run notebook name (see `list_runs`)
 def _directives(src:str) -> set[str]:
     return {l[3:].split(':')[0].split()[0] for l in src.splitlines() if l.startswith('#| ') and len(l) > 3}
 
+# %% ../nbs/91_runs.ipynb #83d38b76
 def render_readme(nb_path:str|Path) -> str:
     "Markdown for README.md from an index notebook."
     import nbformat

@@ -23,6 +23,7 @@ def sde_std(sigma:torch.Tensor, sigma_second:torch.Tensor|float, noise_level:flo
     denom = torch.where(s > 1 - near_one, torch.as_tensor(sigma_second, dtype=torch.float64), s)
     return (s/(1 - denom)).sqrt()*noise_level
 
+# %% ../nbs/11a_sampler.ipynb #4675295d
 def sde_step(v:torch.Tensor, x:torch.Tensor, # velocity and latents [B,...]
              sigma:float, # this σ
              sigma_next:float, # the next
@@ -56,6 +57,7 @@ def release_std(sigma:float, sigma_max:float, sigma_min:float) -> float:
     "The release's Wan std `σ_min + (σ_max − σ_min)·σ` (before the `√−dt` of the step)."
     return sigma_min + (sigma_max - sigma_min)*sigma
 
+# %% ../nbs/11a_sampler.ipynb #f54ad339
 def release_step(v:torch.Tensor, x:torch.Tensor, # velocity and latents [B,...]
                  sigma:float, sigma_next:float, sigma_max:float, sigma_min:float,
                  next_sample:torch.Tensor): # the rollout's next latents (UniPC's, after any injection)
@@ -79,6 +81,7 @@ def unipc_scheduler(policy, num_steps:int):
     u.set_timesteps(num_steps, device='cpu')
     return u
 
+# %% ../nbs/11a_sampler.ipynb #a9e0b21b
 def release_sample(policy, emb:torch.Tensor, x0:torch.Tensor, num_steps:int=20, guidance:float=1.0,
                    neg:torch.Tensor|None=None, window:tuple[int, int]|None=None, inject=None,
                    decode:bool=True) -> Rollout:
@@ -167,7 +170,7 @@ def logprob(policy, roll:Rollout, j:int, emb:torch.Tensor, num_steps:int, # tran
                                 next_sample=roll.samples[:, j])
     return lp, mean, std
 
+# %% ../nbs/11a_sampler.ipynb #e53c361d
 class _nullcontext:
     def __enter__(self): return self
     def __exit__(self, *a): return False
-

@@ -58,6 +58,7 @@ def _frame_quats(t1:torch.Tensor, t2:torch.Tensor) -> torch.Tensor: # [N,3] two 
     q = roma.rotmat_to_unitquat(torch.stack([a, b, n], -1))       # x y z w
     return q[:, [3, 0, 1, 2]]
 
+# %% ../nbs/05_scenes.ipynb #a771501c
 def surfels(points:torch.Tensor, t1:torch.Tensor, t2:torch.Tensor, # [N,3] centres and surface tangents
             colors:torch.Tensor, spacing:float, opacity:float=0.99) -> Gaussians:
     "Flat Gaussians (surface elements) at `points`, sized to cover a surface sampled every `spacing`."
@@ -83,6 +84,7 @@ def patch(origin, u_axis, v_axis, # corner [3] and the two edges [3] of a parall
     cols = texture(uv, kind, torch.as_tensor(palette, dtype=torch.float32), seed, scale)
     return surfels(pts, U.expand(len(pts), 3), V.expand(len(pts), 3), cols, spacing)
 
+# %% ../nbs/05_scenes.ipynb #e1703367
 def box(center, size, spacing:float, kind:str, palette, seed:int=0, yaw:float=0.0, generator=None) -> Gaussians:
     "A textured box (six patches) of `size` (x, y, z) around `center`, turned by `yaw` degrees."
     c, s = torch.as_tensor(center, dtype=torch.float32), torch.as_tensor(size, dtype=torch.float32)/2
@@ -136,6 +138,7 @@ def scene_category(name:str) -> str:
     if name not in CATEGORIES: raise ValueError(f"unknown category {name!r}; use one of {', '.join(CATEGORIES)}")
     return name
 
+# %% ../nbs/05_scenes.ipynb #be13b008
 @dataclass
 class World:
     "A procedural Gaussian scene with named parts (index tensors into `gaussians`)."
@@ -148,6 +151,7 @@ class World:
     def __repr__(self): return (f"World({self.category}, seed {self.seed}, {len(self.gaussians)} Gaussians, "
                                 f"parts {list(self.parts)})")
 
+# %% ../nbs/05_scenes.ipynb #23abfdb3
 def _assemble(named:list[tuple[str, Gaussians]], category:str, seed:int, subject:str) -> World:
     parts, start = {}, 0
     for name, g in named: parts[name] = torch.arange(start, start + len(g)); start += len(g)
@@ -256,6 +260,7 @@ def render_video(world:World|Gaussians, traj:Trajectory, # the scene and the cam
         out.append(to_uint8(rgb))
     return np.concatenate(out)
 
+# %% ../nbs/05_scenes.ipynb #bdf5a14b
 def save_clip(path:str|Path, # the mp4 to write; the sidecar goes next to it as .json
               frames:np.ndarray, traj:Trajectory, fps:int=16, **meta) -> Path:
     "Write an mp4 and its JSON sidecar (every field of the trajectory, `fps` and any `meta`)."
@@ -266,6 +271,7 @@ def save_clip(path:str|Path, # the mp4 to write; the sidecar goes next to it as 
     save_json(trajectory_to_dict(traj) | dict(fps=fps, **meta), path.with_suffix('.json'))
     return path
 
+# %% ../nbs/05_scenes.ipynb #ca1ce6dc
 def load_clip(path:str|Path) -> tuple[np.ndarray, Trajectory, dict]:
     "Frames, the trajectory and the metadata of a clip written by `save_clip`."
     path = Path(path)
@@ -290,6 +296,7 @@ class InterventionPair:
         return (f"InterventionPair({self.intervention}: {self.property}, strength {self.strength}, "
                 f"{'legitimate' if self.legitimate else 'broken'}, {self.clean.shape})")
 
+# %% ../nbs/05_scenes.ipynb #0f5f2a87
 def _blend_poses(a:torch.Tensor, b:torch.Tensor, w:float) -> torch.Tensor: # [N,4,4] each
     "Poses a fraction `w` of the way from `a` to `b` (slerp on rotations, lerp on positions)."
     qa, qb = roma.rotmat_to_unitquat(a[:, :3, :3]), roma.rotmat_to_unitquat(b[:, :3, :3])
@@ -299,6 +306,7 @@ def _blend_poses(a:torch.Tensor, b:torch.Tensor, w:float) -> torch.Tensor: # [N,
     out[:, :3, 3] = (1 - w)*a[:, :3, 3] + w*b[:, :3, 3]
     return out
 
+# %% ../nbs/05_scenes.ipynb #73d56699
 def _smooth_field(x:torch.Tensor, g:torch.Generator, waves:int=4, wavelength:float=0.3) -> torch.Tensor:
     "A smooth random displacement field `[N,3]` (unit amplitude) at points `x` (sum of plane waves)."
     d = torch.zeros_like(x)
@@ -313,6 +321,7 @@ def _per_frame(world, traj, fn, background):
     "Render a clip whose scene changes per frame: `fn(t) -> Gaussians`."
     return render_video([fn(t) for t in range(len(traj))], traj, background)
 
+# %% ../nbs/05_scenes.ipynb #40c614e9
 def _frame_shuffle(world, traj, clean, s, g, bg):
     F = len(clean); k = min(F - 1, max(2, round(s*(F - 1))))
     idx = torch.randperm(F - 1, generator=g)[:k] + 1
@@ -321,6 +330,7 @@ def _frame_shuffle(world, traj, clean, s, g, bg):
 
 def _time_reversal(world, traj, clean, s, g, bg): return clean[::-1].copy(), {}
 
+# %% ../nbs/05_scenes.ipynb #2b1cbd2e
 def _frozen_camera(world, traj, clean, s, g, bg):
     still = _blend_poses(traj.c2w, traj.c2w[:1].expand_as(traj.c2w), s)
     return render_video(world, replace(traj, c2w=still), bg), {}
@@ -335,12 +345,14 @@ def _wobble(world, traj, clean, s, g, bg):
                                                                         torch.Generator().manual_seed(seeds[t])))
     return _per_frame(world, traj, scene, bg), {}
 
+# %% ../nbs/05_scenes.ipynb #afa2f77f
 def _object_pop(world, traj, clean, s, g, bg):
     F = len(traj); gone_from = F - max(1, round(s*F))
     keep = torch.ones(len(world.gaussians), dtype=torch.bool); keep[world.parts[world.subject]] = False
     def scene(t): return world.gaussians if t < gone_from else world.gaussians[keep]
     return _per_frame(world, traj, scene, bg), dict(part=world.subject, gone_from_frame=gone_from)
 
+# %% ../nbs/05_scenes.ipynb #9736a34e
 def _texture_flicker(world, traj, clean, s, g, bg):
     G = world.gaussians
     noise = [torch.zeros(len(G), 3)] + [s*torch.randn(len(G), 3, generator=g) for _ in range(len(traj) - 1)]
@@ -359,12 +371,14 @@ def _billboard(world, traj, clean, s, g, bg):
     flat = replace(G, means=c0 + (G.means - c0)*f, scales=G.scales*f)  # same first frame, no parallax
     return render_video(flat, traj, bg), dict(plane_depth=plane)
 
+# %% ../nbs/05_scenes.ipynb #55a92160
 def _trajectory_drift(world, traj, clean, s, g, bg):
     F = len(traj)
     turn = torch.stack([compose([Motion(yaw=s*t/(F - 1))], [1])[1] if t else torch.eye(4, dtype=torch.float64)
                         for t in range(F)])
     return render_video(world, replace(traj, c2w=traj.c2w @ turn), bg), dict(extra_yaw_deg=s)
 
+# %% ../nbs/05_scenes.ipynb #95ae2cd5
 def _object_motion(world, traj, clean, s, g, bg):
     G, part, F = world.gaussians, world.parts[world.subject], len(traj)
     def scene(t):
@@ -382,6 +396,7 @@ def _blur(world, traj, clean, s, g, bg):
     x = kornia.filters.gaussian_blur2d(x, (2*r + 1, 2*r + 1), (s, s), border_type='reflect')
     return x.permute(0, 2, 3, 1).round().clamp(0, 255).to(torch.uint8).numpy(), dict(sigma_px=s)
 
+# %% ../nbs/05_scenes.ipynb #3e445962
 def _fade(world, traj, clean, s, g, bg):
     "Every frame a fraction `s` of the way to its mean luminance: contrast and saturation scale by 1 - s."
     x = clean.astype(np.float32)

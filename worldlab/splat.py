@@ -53,6 +53,7 @@ class Gaussians:
         "Spherical-harmonic degree of the colours, or None for plain RGB."
         return None if self.colors.ndim == 2 else int(math.isqrt(self.colors.shape[1])) - 1
 
+# %% ../nbs/04_splat.ipynb #0042efca
 def concat(scenes:list[Gaussians]) -> Gaussians:
     "One scene holding all the Gaussians of `scenes`."
     return Gaussians(**{k.name: torch.cat([getattr(s, k.name) for s in scenes]) for k in fields(Gaussians)})
@@ -76,6 +77,7 @@ def _ply_fields(k:int) -> list[str]:
     return ['x', 'y', 'z', 'nx', 'ny', 'nz', 'f_dc_0', 'f_dc_1', 'f_dc_2', *rest, 'opacity',
             'scale_0', 'scale_1', 'scale_2', 'rot_0', 'rot_1', 'rot_2', 'rot_3']
 
+# %% ../nbs/04_splat.ipynb #b5f6a301
 def save_ply(g:Gaussians, path:str|Path) -> Path:
     "Write a scene in the 3DGS `.ply` layout."
     path = Path(path); path.parent.mkdir(parents=True, exist_ok=True)
@@ -145,6 +147,7 @@ def sh_basis(dirs:torch.Tensor, K:int) -> torch.Tensor: # dirs [...,3] unit vect
               _C3[4]*x*(4*zz - xx - yy), _C3[5]*z*(xx - yy), _C3[6]*x*(xx - 3*yy)]
     return torch.stack(b, -1)
 
+# %% ../nbs/04_splat.ipynb #7888ccbd
 def gaussian_colors(g:Gaussians, cam_center:torch.Tensor) -> torch.Tensor: # [3]
     "RGB `[N,3]` of each Gaussian seen from `cam_center`."
     if g.colors.ndim == 2: return g.colors
@@ -160,6 +163,7 @@ def quat_to_rotmat(quats:torch.Tensor) -> torch.Tensor: # [...,4] w x y z
     q = torch.nn.functional.normalize(quats, dim=-1)
     return roma.unitquat_to_rotmat(q[..., [1, 2, 3, 0]])     # roma uses x y z w
 
+# %% ../nbs/04_splat.ipynb #0acd78bf
 def project(g:Gaussians, w2c:torch.Tensor, K:torch.Tensor, # [4,4] world-to-camera, [3,3]
             H:int, W:int, near:float=0.01) -> dict:
     "Screen-space Gaussians: 2D means `[N,2]`, conics `[N,3]` (inverse covariance a, b, c), depths, radii, valid."
@@ -201,6 +205,7 @@ def _pairs(mean2d, radius, order, H:int, W:int):
     py = box[:, 1] + torch.div(local, box[:, 2], rounding_mode='floor')
     return order.index_select(0, gid), px, py
 
+# %% ../nbs/04_splat.ipynb #283872bc
 def rasterize(screen:dict, colors:torch.Tensor, opacities:torch.Tensor, # from `project`; [N,C]; [N]
               H:int, W:int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     "Alpha-composite projected Gaussians front to back: colour `[H,W,C]`, alpha `[H,W]`, accumulated depth `[H,W]`."
@@ -235,6 +240,7 @@ class Render:
     alpha: torch.Tensor  # [V,H,W] accumulated opacity
     depth: torch.Tensor  # [V,H,W] expected depth (accumulated depth / alpha; 0 where alpha is 0)
 
+# %% ../nbs/04_splat.ipynb #13c0bb57
 def _gsplat_render(g, w2c, Ks, H, W, background):
     try: from gsplat import rasterization
     except ImportError as e:
@@ -287,6 +293,7 @@ def _sphere_quadrature() -> tuple[torch.Tensor, torch.Tensor]:
     dirs = torch.stack([(1 - z**2).sqrt()*phi.cos(), (1 - z**2).sqrt()*phi.sin(), z], -1).reshape(-1, 3)
     return dirs, (torch.tensor(wq)[:, None]*2*math.pi/7).expand(4, 7).reshape(-1)
 
+# %% ../nbs/04_splat.ipynb #98ccb32f
 def sh_rotation(R:torch.Tensor, K:int) -> torch.Tensor: # R [3,3] a rotation; K = 1, 4, 9 or 16 coefficients
     "`D [K,K]` (float64) such that SH coefficients `D @ c` seen from `R d` give the colour `c` gives from `d`."
     if K not in (1, 4, 9, 16): raise ValueError(f"K must be 1, 4, 9 or 16 (SH degree 0 to 3), got {K}")
@@ -294,6 +301,7 @@ def sh_rotation(R:torch.Tensor, K:int) -> torch.Tensor: # R [3,3] a rotation; K 
     R = R.detach().to('cpu', torch.float64)
     return sh_basis(dirs @ R.T, K).T @ (w[:, None]*sh_basis(dirs, K))   # integral of Y(R d) Y(d)^T: exact, degree <= 6
 
+# %% ../nbs/04_splat.ipynb #e4363a99
 def _check_rotation(R:torch.Tensor):
     R64 = R.detach().to('cpu', torch.float64)
     if R64.shape != (3, 3) or not torch.allclose(R64 @ R64.T, torch.eye(3, dtype=torch.float64),
@@ -302,6 +310,7 @@ def _check_rotation(R:torch.Tensor):
                          f"{float(torch.det(R64)) if R64.shape == (3, 3) else float('nan'):.4f}: "
                          "split a reflection or scale off first")
 
+# %% ../nbs/04_splat.ipynb #a80be4ad
 def transform_gaussians(g:Gaussians, R:torch.Tensor, # [3,3] rotation
                         t:torch.Tensor|None=None, # [3] translation (default 0)
                         scale:float=1.0, # s > 0

@@ -41,12 +41,14 @@ def _world_r1_prompts(variant:str) -> tuple[list, list]:
         return ([r.text for r in read_prompt_file(d/'train.txt', 'train').records],
                 [r.text for r in read_prompt_file(d/'dynamic.txt', 'dynamic').records])
 
+# %% ../nbs/13_train.ipynb #524c0c49
 def _mini_prompts() -> tuple[list, list]:
     "The corpus's captions that mini-Wan trains on (the corpus module, and scenes behind it, load only for these)."
     from worldlab.corpus import mini_prompts
     mp = mini_prompts()
     return mp['main'], mp['dynamic']
 
+# %% ../nbs/13_train.ipynb #84744412
 # RunConfig.prompts -> (main, dynamic) prompt lists; any other value is a text file of prompts
 PROMPT_SETS = {'final': lambda: _world_r1_prompts('final'), 'enhanced': lambda: _world_r1_prompts('enhanced'),
                'corpus': _mini_prompts}
@@ -59,7 +61,6 @@ def load_prompt_sets(spec:str, seed:int=0) -> tuple[list[str], list[str]]:
     main, dyn = list(main), list(dyn)
     random.Random(seed).shuffle(main); random.Random(seed).shuffle(dyn)
     return main, dyn
-
 
 # %% ../nbs/13_train.ipynb #66cf1b14
 def simple_rewards() -> dict:
@@ -78,11 +79,13 @@ def _likelihood_rgen(rc:RunConfig, policy):
     from worldlab.quality import denoising_quality   # the quality model module (and mini-Wan) load only for this R_gen
     return denoising_quality(policy)
 
+# %% ../nbs/13_train.ipynb #2f381a2c
 def _quality_rgen(rc:RunConfig, policy):
     "The learned clip-quality model shipped in `data/mini_quality/` (`rgen='quality'`, the `mini` preset's R_gen)."
     from worldlab.quality import quality_reward
     return quality_reward()
 
+# %% ../nbs/13_train.ipynb #2fe7239c
 # RunConfig.rgen -> (rc, policy) -> an R_gen reward; names not here go to rewards.make_rewards (hpsv3, hpsv2, standin)
 RGEN = {'likelihood': _likelihood_rgen, 'quality': _quality_rgen}
 
@@ -105,6 +108,7 @@ def _base_rewards(names:list, rc:RunConfig, policy=None) -> dict:
                                  "(reward_general needs rgen=hpsv3 or a reward_url service)")
     return heavy
 
+# %% ../nbs/13_train.ipynb #1715a8ad
 def build_rewards(weights:dict, rc:RunConfig, policy=None, # policy: for rgen='likelihood'
                   work_dir:str|Path|None=None) -> dict: # where the judge's chunks go (worldreward_*)
     ("The registry for the weighted names: simple rewards, a reward service or the in-process 3D reward; "
@@ -133,6 +137,7 @@ def _mini_policy(rc:RunConfig, dev):
     from worldlab.miniwan import load_mini_wan
     return load_mini_wan(device=dev, transformer=rc.transformer or None)
 
+# %% ../nbs/13_train.ipynb #a941087e
 # RunConfig.model -> (rc, device) -> a policy; other values are `random:NAME` or a Wan2.1 checkpoint
 POLICIES = {'tiny': lambda rc, dev: WanPolicy.tiny(seed=0, device=dev), 'miniwan': _mini_policy}
 
@@ -149,10 +154,12 @@ def load_policy(rc:RunConfig):
     if rc.model in POLICIES: return POLICIES[rc.model](rc, dev)
     return WanPolicy.from_pretrained(rc.model, dev, rc.dtype)
 
+# %% ../nbs/13_train.ipynb #6b518f82
 def _configs(params) -> tuple[TrainConfig, RunConfig]:
     "A run's two configs from themselves, or from a flat dict of fields (checked by `config.split`)."
     return tuple(params) if isinstance(params, tuple) else split(params)
 
+# %% ../nbs/13_train.ipynb #53572b13
 TRAINERS = {'grpo': Trainer, 'nft': NFTTrainer}   # TrainConfig.algorithm -> its trainer
 
 def make_trainer(params:dict|tuple, # (TrainConfig, RunConfig), or a flat dict of their fields
@@ -176,7 +183,6 @@ def make_trainer(params:dict|tuple, # (TrainConfig, RunConfig), or a flat dict o
     trainer.run_config = rc
     if rc.init_adapter: warm_start(trainer, run_ref(rc.init_adapter))   # a resume's checkpoint replaces it
     return trainer
-
 
 # %% ../nbs/13_train.ipynb #b8d7c6e5
 def memory_check(tc:TrainConfig, rc:RunConfig, gpus:int|None=None, # processes (default: $WORLD_SIZE, else 1)
@@ -217,6 +223,7 @@ def train(params:dict|tuple, # (TrainConfig, RunConfig), e.g. resolve('tiny', ov
     trainer.acc.wait_for_everyone()
     return pd.read_csv(log_path).drop_duplicates('step', keep='last') if log_path.exists() else pd.DataFrame()
 
+# %% ../nbs/13_train.ipynb #e054a5ae
 def write_sample(trainer:Trainer, prompt:str, path:Path):
     "One ODE sample of `prompt` from the trainer's camera noise (fixed seed, its injection and guidance), as an mp4."
     from worldlab.sampler import sample   # looked up when called, so a test can spy on sampler.sample
@@ -227,7 +234,6 @@ def write_sample(trainer:Trainer, prompt:str, path:Path):
         v = sample(policy, policy.encode([prompt]), x0.to(policy.device), tc.num_steps, tc.guidance_scale, trainer.neg,
                    noise_level=0.0, inject=inject).video[0]
     write_video(path, to_uint8(v.float().cpu()), fps=8)
-
 
 # %% ../nbs/13_train.ipynb #b81f42e6
 def warm_start(trainer:Trainer, path, # an adapter in any format `adapters.read_adapter` reads, or a run folder
@@ -262,6 +268,7 @@ def plot_training(hist:pd.DataFrame):
 # %% ../nbs/13_train.ipynb #6d4504cd
 class _HelpFormat(argparse.ArgumentDefaultsHelpFormatter, argparse.RawDescriptionHelpFormatter): pass
 
+# %% ../nbs/13_train.ipynb #70e7eaba
 def main(argv=None):
     "`worldlab-train --preset P [-p key value ...] --run-dir D`: one training run, on as many processes as launched."
     ap = argparse.ArgumentParser(prog='worldlab-train',

@@ -35,12 +35,14 @@ def as_uint8_frames(video) -> torch.Tensor: # uint8 [T,H,W,3] or [T,3,H,W], or f
         return (v.detach().float().clamp(0, 1)*255).round().to(torch.uint8).cpu()
     return (v.permute(0, 3, 1, 2) if v.shape[-1] == 3 and v.shape[1] != 3 else v).contiguous().cpu()
 
+# %% ../nbs/08c_vbench.ipynb #4fbe1a70
 def dino_input(frames:torch.Tensor, n_px:int=224) -> torch.Tensor: # uint8 [T,3,H,W]
     "VBench's `dino_transform`: short side to `n_px` (bilinear on uint8, no antialiasing), ImageNet normalisation."
     from torchvision.transforms import functional as TF
     x = TF.resize(frames, n_px, antialias=False).float()/255.0
     return TF.normalize(x, IMAGENET_MEAN, IMAGENET_STD)
 
+# %% ../nbs/08c_vbench.ipynb #356e063b
 def clip_input(frames:torch.Tensor, n_px:int=224) -> torch.Tensor: # uint8 [T,3,H,W]
     "VBench's `clip_transform`: short side to `n_px` (bicubic, no antialiasing), centre crop, CLIP normalisation."
     from torchvision.transforms import InterpolationMode, functional as TF
@@ -63,21 +65,25 @@ class DinoFeatures(nn.Module):
     def __init__(self, vit): super().__init__(); self.vit = vit
     def forward(self, x): return self.vit(pixel_values=x, interpolate_pos_encoding=True).last_hidden_state[:, 0]
 
+# %% ../nbs/08c_vbench.ipynb #adff4fa3
 class ClipImageFeatures(nn.Module):
     "CLIP's projected image embedding (openai-clip's `encode_image`) from `transformers.CLIPVisionModelWithProjection`."
     def __init__(self, clip): super().__init__(); self.clip = clip
     def forward(self, x): return self.clip(pixel_values=x).image_embeds
     def encode_image(self, x): return self(x)
 
+# %% ../nbs/08c_vbench.ipynb #1ec4a03d
 @torch.no_grad()
 def _features(model, x:torch.Tensor, batch:int=16) -> torch.Tensor:
     p = next(model.parameters())
     return torch.cat([model(x[i:i + batch].to(p.device, p.dtype)).float().cpu() for i in range(0, len(x), batch)])
 
+# %% ../nbs/08c_vbench.ipynb #76ea3f18
 def subject_consistency(video, dino:nn.Module) -> float: # a video (see as_uint8_frames); a DinoFeatures
     "VBench's Subject Consistency: DINO class tokens of every frame, compared with the previous and the first."
     return consistency_score(_features(dino, dino_input(as_uint8_frames(video))))
 
+# %% ../nbs/08c_vbench.ipynb #53b8845e
 def background_consistency(video, clip:nn.Module) -> float: # a video; a ClipImageFeatures (CLIP ViT-B/32)
     "VBench's Background Consistency: the same comparison on CLIP image embeddings."
     return consistency_score(_features(clip, clip_input(as_uint8_frames(video))))
@@ -90,6 +96,7 @@ def aesthetic_quality(video, clip_l14:nn.Module, head:nn.Module) -> float: # a v
     p = next(head.parameters())
     return float((head(e.to(p.device, p.dtype)).squeeze(-1).float()/10).mean())
 
+# %% ../nbs/08c_vbench.ipynb #9bd185cf
 def imaging_frames(frames:torch.Tensor, longest:int=512) -> torch.Tensor: # uint8 [T,3,H,W]
     "VBench's 'longer' preprocessing for MUSIQ: the longer side down to `longest` (never up), then /255."
     from torchvision.transforms import functional as TF
@@ -99,6 +106,7 @@ def imaging_frames(frames:torch.Tensor, longest:int=512) -> torch.Tensor: # uint
         frames = TF.resize(frames, [int(s*h), int(s*w)], antialias=False)
     return frames/255.
 
+# %% ../nbs/08c_vbench.ipynb #80714e41
 @torch.no_grad()
 def imaging_quality(video, musiq) -> float: # a video; a MUSIQ model: float [1,3,H,W] in [0,1] -> score (0-100)
     "VBench's Imaging Quality: MUSIQ of each frame, averaged, /100."
@@ -116,10 +124,12 @@ def motion_smoothness(video, interpolate) -> float: # a video; fn(uint8 [H,W,3],
              for i, (a, b) in enumerate(zip(even[:-1], even[1:]))]
     return float((255.0 - np.mean(diffs))/255.0)
 
+# %% ../nbs/08c_vbench.ipynb #d3fac8fd
 def blend_interpolator(a:np.ndarray, b:np.ndarray) -> np.ndarray:
     "The mean of two uint8 frames (truncated): a labelled stand-in for AMT, for plumbing only."
     return ((a.astype(np.float32) + b.astype(np.float32))/2).astype(np.uint8)
 
+# %% ../nbs/08c_vbench.ipynb #33dd09c8
 AMT_INSTALL = ("`pip install --no-deps vbench` and `pip install omegaconf imageio` (vbench's own pins conflict "
                "with worldlab's; its AMT code needs none of them)")
 
@@ -170,6 +180,7 @@ class VBenchModels:
     labels: dict                      # dimension -> where its numbers come from
     real: dict = field(default_factory=dict)   # dimension -> True when its weights are VBench's backbones
 
+# %% ../nbs/08c_vbench.ipynb #96c5d918
 def vbench_scores(video, vb:VBenchModels) -> dict: # a video (see as_uint8_frames)
     "The VBench dimensions `vb` holds, for one video."
     m, frames, out = vb.models, as_uint8_frames(video), {}
@@ -188,12 +199,14 @@ def _pretrained(cls, name:str, what:str, key:str, device:str):
         raise OSError(f"could not load {what} from {name!r} ({type(e).__name__}: {str(e)[:200]}). Fetch it with "
                       f"{VBENCH_FETCH[key]} and pass its folder as weights={{'{key}': PATH}}") from e
 
+# %% ../nbs/08c_vbench.ipynb #916c8dd2
 def _weight_file(path, key:str) -> Path:
     if not Path(path).exists():
         raise FileNotFoundError(f"no {key} weights at {Path(path).resolve()}: download {VBENCH_FETCH[key]} and pass "
                                 f"weights={{'{key}': PATH}}")
     return Path(path)
 
+# %% ../nbs/08c_vbench.ipynb #9a038a48
 def _musiq(path, device):
     try: from pyiqa.archs.musiq_arch import MUSIQ
     except ImportError as e: raise ImportError("imaging_quality runs MUSIQ from pyiqa: `pip install pyiqa`") from e
@@ -201,6 +214,7 @@ def _musiq(path, device):
     m.training = False
     return m
 
+# %% ../nbs/08c_vbench.ipynb #ecca7036
 def load_vbench(dimensions=VBENCH_DIMENSIONS, # which to load
                 weights:dict|None=None, # backbone -> hub name or local path (keys of VBENCH_WEIGHTS)
                 device:str='cpu') -> VBenchModels:
@@ -243,6 +257,7 @@ class _TinyIQA(nn.Module):
                                  nn.Linear(8, 1))
     def forward(self, x): return 100*torch.sigmoid(self.net(x)).squeeze(-1)
 
+# %% ../nbs/08c_vbench.ipynb #9454b51a
 def tiny_vbench(dimensions=VBENCH_DIMENSIONS, seed:int=0) -> VBenchModels:
     "Small seeded random backbones of VBench's kinds, labelled as stand-ins: for plumbing, never for results."
     from transformers import CLIPVisionConfig, CLIPVisionModelWithProjection, ViTConfig, ViTModel

@@ -39,6 +39,7 @@ VISUAL_CRITERIA = ('temporal_consistency', 'dynamic_generation_quality', 'artifa
 def _atoms(label:str) -> list[str]:
     return [a for part in label.split('|') for a in part.strip().split('+') if a and a.strip() != 'IDLE']
 
+# %% ../nbs/10a_verdicts.ipynb #cc5513bc
 def action_guide(label:str) -> str:
     "What a slot's label should look like on screen, and what must not happen."
     atoms = [a.strip() for a in _atoms(label)]
@@ -50,7 +51,6 @@ def action_guide(label:str) -> str:
               if not set(keys) & set(atoms)]
     both = '; all of these at once' if len(atoms) > 1 else ''
     return seen + both + (f"; and no {', no '.join(banned)}" if banned else '')
-
 
 # %% ../nbs/10a_verdicts.ipynb #d7f7eb5d
 def chunk_prompt(caption:str, labels:list[str]) -> str:
@@ -89,11 +89,13 @@ class ChunkVerdict:
     visual_overall: str|None
     recovered: bool = False       # read back from a truncated reply
 
+# %% ../nbs/10a_verdicts.ipynb #f71052af
 def _strip_fences(t:str) -> str:
     t = t.strip()
     m = re.match(r'^```[a-zA-Z0-9_]*\s*\n?(.*?)(\n?```\s*)?$', t, re.S)
     return m.group(1).strip() if m else t
 
+# %% ../nbs/10a_verdicts.ipynb #10705509
 def _first_payload(t:str):
     "The first complete JSON object in the text that holds a verdict payload, or None."
     dec = json.JSONDecoder()
@@ -103,6 +105,7 @@ def _first_payload(t:str):
         if (p := _find_payload(obj)) is not None: return p
     return None
 
+# %% ../nbs/10a_verdicts.ipynb #2a3062a7
 def _find_payload(o):
     if isinstance(o, dict):
         if 'action_control' in o and 'visual_quality' in o: return o
@@ -112,7 +115,6 @@ def _find_payload(o):
         for v in o:
             if (f := _find_payload(v)) is not None: return f
     return None
-
 
 # %% ../nbs/10a_verdicts.ipynb #e9dc1e3d
 def validate_payload(p:dict) -> str|None:
@@ -168,6 +170,7 @@ def _recover(t:str) -> ChunkVerdict|None:
                      vo.group(1) if vo else None, True)
     return v if (acts or ov or any(crit.values())) else None
 
+# %% ../nbs/10a_verdicts.ipynb #005348d3
 def parse_verdict(text:str|None) -> tuple[ChunkVerdict|None, str|None]:
     "`(verdict, None)` for a valid or recoverable reply, `(None, reason)` otherwise."
     if text is None: return None, "no reply"
@@ -194,6 +197,7 @@ def majority(votes:list) -> str:
     a, b = votes.count('A'), votes.count('B')
     return 'A' if a > b else 'B' if b > a else 'Tie'
 
+# %% ../nbs/10a_verdicts.ipynb #cbb9b620
 def vote(verdicts:list[ChunkVerdict]) -> dict:
     "Video-level verdict per axis: 'left', 'right' or 'tie' (also when no chunk gave a vote)."
     act = majority([v.action_overall for v in verdicts])
@@ -204,6 +208,7 @@ def vote(verdicts:list[ChunkVerdict]) -> dict:
     mot = majority([v.dynamic for v in verdicts])
     return {k: SIDE.get(x) for k, x in (('action', act), ('appearance', app), ('motion', mot))}
 
+# %% ../nbs/10a_verdicts.ipynb #2a33d8b9
 def swapped(v:ChunkVerdict) -> ChunkVerdict:
     "The verdict of a chunk judged with the videos' sides exchanged, read in the original sides."
     f = {'A': 'B', 'B': 'A'}.get
@@ -277,6 +282,7 @@ def swap_pair(pair):
     from dataclasses import replace
     return replace(pair, pair_id=pair.pair_id + '~swapped', left=pair.right, right=pair.left)
 
+# %% ../nbs/10a_verdicts.ipynb #5ec3d13e
 def both_orders_verdicts(results:list[dict]) -> dict[str, dict]:
     "Video-level verdicts pooling each pair's chunks judged in both orders."
     by = {}
@@ -327,6 +333,7 @@ def shard_pairs(pairs:list, shard:int, num_shards:int) -> list:
                          f"num_shards={num_shards}")
     return list(pairs)[shard::num_shards]
 
+# %% ../nbs/10a_verdicts.ipynb #64686bb3
 def merge_shards(pair_ids:list[str], # every pair of the bench (with '~swapped' twins when judged in both orders)
                  shard_dirs:list, # the shards' chunk folders (a judge_pairs run's `chunks/`)
                 ) -> list[dict]:
@@ -358,6 +365,7 @@ def pair_predictions(scores:dict, # pair_id -> (left score, right score) of one 
         out[pid] = None if math.isnan(d) else 'left' if d > margin else 'right' if d < -margin else 'tie'
     return out
 
+# %% ../nbs/10a_verdicts.ipynb #91d2ad96
 def choose_margin(scores:dict, # pair_id -> (left, right) on the calibration pairs
                   labels:dict, # pair_id -> 'left' / 'right' / 'tie' (None: not labelled)
                  ) -> float:
@@ -369,6 +377,7 @@ def choose_margin(scores:dict, # pair_id -> (left, right) on the calibration pai
     hits = lambda m: sum(pair_predictions({p: scores[p] for p in ids}, m)[p] == labels[p] for p in ids)
     return max(cands, key=lambda m: (hits(m), -m))
 
+# %% ../nbs/10a_verdicts.ipynb #f8bc2771
 def calibration_split(pair_ids:list[str], fraction:float=0.2, seed:int=0) -> tuple[list[str], list[str]]:
     "(calibration, test) pair ids: `fraction` of the pairs by a checksum of the id (stable under reordering)."
     key = lambda p: zlib.crc32(f'{seed}:{p}'.encode())/2**32
@@ -383,6 +392,7 @@ def win_rates(G:int, outcomes:list[tuple[int, int, float|None]]) -> list[float]:
         tot[i] += s; tot[j] += 1 - s; n[i] += 1; n[j] += 1
     return [t/k if k else 0.5 for t, k in zip(tot, n)]
 
+# %% ../nbs/10a_verdicts.ipynb #e4990aa8
 def pair_schedule(G:int, seed:int=0) -> list[tuple[int, int]]:
     "Every pair of G candidates once, each in a random (seeded) left/right order."
     rnd = random.Random(seed)
@@ -404,6 +414,7 @@ def group_members(prompts:list[str], metas:list[dict]) -> dict[str, list[int]]:
 
 def _pair_seed(seed:int, group:str) -> int: return seed*1_000_003 + zlib.crc32(group.encode())   # stable across runs
 
+# %% ../nbs/10a_verdicts.ipynb #1adef31c
 def pairwise_rewards(compare, # compare(videos [G,...], prompts, metas, pairs [(left, right)]) -> [{axis: P(left)}]
                      axes:tuple=('preference',), # the axes the comparator judges: one reward each
                      name:str='win_rate', # rewards are called f'{name}_{axis}'

@@ -81,6 +81,7 @@ def _first_pixel(pos:torch.Tensor, half:torch.Tensor):
     empty = f <= 0                                                  # starts exactly on a border
     return torch.where(empty, j + 1, j), torch.where(empty, torch.ones_like(f), f)
 
+# %% ../nbs/03_warp.ipynb #b509fc71
 def _field_extent(Hinv:torch.Tensor, h:int, w:int):
     "Pre-images `[T,2,4]` of each frame's corners in the first frame, or a clear error."
     corners = torch.tensor([[0., 0, 1], [w, 0, 1], [w, h, 1], [0, h, 1]], dtype=Hinv.dtype, device=Hinv.device)
@@ -91,6 +92,7 @@ def _field_extent(Hinv:torch.Tensor, h:int, w:int):
                          f"too far for one anchor); use method='frame_to_frame' for this trajectory")
     return pre[:, :2]/pre[:, 2:]
 
+# %% ../nbs/03_warp.ipynb #b065e6bf
 def _footprints(Ht:torch.Tensor, X:torch.Tensor, Y:torch.Tensor, s:int):
     "Centres `(x, y)` of field cells (X [1,n], Y [m,1]) mapped by `Ht`, and half the size of their images."
     wq = Ht[2, 0]*X + Ht[2, 1]*Y + Ht[2, 2]
@@ -240,6 +242,7 @@ def aligned_correlation(frames:torch.Tensor, # [T,C,H,W] noise frames
 def _clamp_integral(y): # antiderivative of clamp(y, 0, 1)
     return torch.where(y < 0, 0, torch.where(y > 1, y - 0.5, 0.5*y*y))
 
+# %% ../nbs/03_warp.ipynb #06f7cfbb
 def quad_cell_overlap(quads:torch.Tensor, # [M,4,2] vertices (x, y) in order around each quad
                       x0:torch.Tensor, # [M,K] left edge of each candidate pixel
                       y0:torch.Tensor, # [M,K] top edge of each candidate pixel
@@ -260,6 +263,7 @@ def quad_cell_overlap(quads:torch.Tensor, # [M,4,2] vertices (x, y) in order aro
     signed = -(dx*(sb - sa)*mean_psi).sum(1)
     return signed*quad_area(quads).sign()[:, None]
 
+# %% ../nbs/03_warp.ipynb #c57e1592
 def quad_area(quads:torch.Tensor) -> torch.Tensor: # [M,4,2]
     "Signed shoelace area `[M]` of each quad (> 0 for the order x right, y down, clockwise on screen)."
     x, y = quads[..., 0], quads[..., 1]
@@ -273,6 +277,7 @@ def corner_quads(corner_flow:torch.Tensor) -> torch.Tensor: # [2,H+1,W+1] forwar
     P = (pixel_grid(H, W, 'corners', corner_flow.dtype, corner_flow.device) + corner_flow).permute(1, 2, 0)
     return torch.stack([P[:-1, :-1], P[:-1, 1:], P[1:, 1:], P[1:, :-1]], 2).reshape(H*W, 4, 2)
 
+# %% ../nbs/03_warp.ipynb #237d4457
 def check_flow(flow:torch.Tensor, shape:tuple, name:str='flow'):
     "Raise a clear error for a flow of the wrong shape or with NaN/inf."
     if tuple(flow.shape) != tuple(shape):
@@ -327,6 +332,7 @@ class DiscreteState:
     noise: torch.Tensor   # [C,Hs,Ws]
     weight: torch.Tensor  # [Hs,Ws]
 
+# %% ../nbs/03_warp.ipynb #aeea8a33
 def discrete_warp(state:DiscreteState, # noise and weights at warp resolution
                   flow:torch.Tensor, # [2,Hs,Ws] forward flow in warp pixels (at pixel centres)
                   generator:torch.Generator|None=None,
@@ -491,6 +497,7 @@ def lowpass(x:torch.Tensor, # [B,C,T,h,w]
     y = F.avg_pool2d(x.permute(0, 2, 1, 3, 4).reshape(B*T, C, h, w), kernel, stride=1, padding=kernel//2)
     return y.reshape(B, T, C, h, w).permute(0, 2, 1, 3, 4)
 
+# %% ../nbs/03_warp.ipynb #1420e894
 def inject_init(plain:torch.Tensor, warped:torch.Tensor, # [B,C,T,h,w] each
                 strength:float=1.0, # 1: start from the warped noise; 0: plain noise
                ) -> torch.Tensor:
@@ -517,6 +524,7 @@ class StepwiseDelta:
         gmean, gstd = _mean_std(guided)
         return (guided - gmean)/(gstd + 1e-6)*std + mean
 
+# %% ../nbs/03_warp.ipynb #6e304ec7
 def stepwise_delta(plain:torch.Tensor, warped:torch.Tensor, # [B,C,T,h,w] each
                    strength:float=0.35, # wrap_strength (release: 0.35 small, 0.4 large)
                    steps:int=8, kernel:int=9) -> StepwiseDelta:
