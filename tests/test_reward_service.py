@@ -208,17 +208,20 @@ def test_a_body_over_the_limit_is_413_before_it_is_read():
 
 
 def test_lying_and_slow_clients_are_cut_off_while_another_is_served():
-    with serving({'red': red}, body_timeout=1.0) as srv:
+    with serving({'red': red}, body_timeout=1.0, header_timeout=1.0) as srv:
         head = b'POST /score/red HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n'
         out = {}
-        liar = threading.Thread(target=lambda: out.__setitem__('liar', raw_exchange(srv.port, head % 1000, [b'{"videos": "'])))
-        slow = threading.Thread(target=lambda: out.__setitem__('slow', raw_exchange(srv.port, head % 200, [b'{']*40, gap=0.25)))
-        liar.start(); slow.start()
-        time.sleep(0.2)                               # both are now holding a connection mid-body
+        clients = [threading.Thread(target=lambda k=k, a=a: out.__setitem__(k, raw_exchange(srv.port, *a))) for k, a in (
+            ('liar', (head % 1000, [b'{"videos": "'])), ('slow', (head % 200, [b'{']*40, 0.25)),
+            ('half head', (b'POST /score/red HTTP/1.1\r\nHo',)), ('slow head', (b'POST /score/red HTTP/1.1\r\n', [b'X']*40, 0.25)))]
+        for c in clients: c.start()
+        time.sleep(0.2)                               # all four are now holding a connection
         served = remote_reward(srv.url, 'red')(clip(3), None, None)[0]
-        assert 'liar' not in out and 'slow' not in out, 'the slow clients finished before the good one was served'
+        assert not out, f"{list(out)} finished before the good client was served"
         assert same(served, red(clip(3), None, None)[0]), f"served {served.tolist()}"
-        liar.join(20); slow.join(20)
+        for c in clients: c.join(20)
+        for who in ('half head', 'slow head'):
+            assert out[who] == (b'', True), f"{who}: {out[who]} (expected: closed without an answer)"
         for who in ('liar', 'slow'):
             reply, closed = out[who]
             assert status_of(reply) == 408 and b'did not arrive within 1 s' in reply, (who, reply)
@@ -344,3 +347,28 @@ def test_a_video_that_raises_is_nan_with_its_reason_and_the_rest_are_scored():
         m = scrape(srv)
     assert m['worldlab_reward_nan_videos_total{reward="fussy"}'] == 1 and m['worldlab_reward_nan_videos_total{reward="careful"}'] == 1, m
     assert m['worldlab_reward_failures_total{kind="reward_error"}'] == 1, m
+
+
+def test_grpo_on_the_tiny_preset_trains_the_same_on_served_rewards(tmp_path):
+    "The trainer's client as `RunConfig.reward_url` uses it (two URLs, the first down) against the same reward in process."
+    from worldlab.config import resolve
+    from worldlab.core import to_float, to_uint8
+    from worldlab.reward_contract import channel_mean_reward
+    from worldlab.train import make_trainer, train
+    served_red = channel_mean_reward(0)                       # served under a name the trainer does not score itself
+    with serving({'s_traj': served_red}) as srv:
+        over = dict(height=32, width=32, num_frames=5, steps=2, reward_weights={'s_traj': 1.0},
+                    reward_url=f"http://127.0.0.1:{free_port()},{srv.url}")
+        there = train(resolve('tiny', over), tmp_path/'served', progress=False)
+        n_served = scrape(srv)['worldlab_reward_requests_total{code="200",reward="s_traj"}']
+        trainer = make_trainer(resolve('tiny', over), tmp_path/'local')
+        calls = []
+        def local(v, p, m):         # what the server sees: the videos through uint8, contiguous (float32 sums follow layout)
+            calls.append(len(v)); return served_red(to_float(to_uint8(v)).contiguous(), p, m)
+        trainer.registry['s_traj'] = local
+        here = train(resolve('tiny', over), tmp_path/'local', progress=False, trainer=trainer)
+        assert scrape(srv)['worldlab_reward_requests_total{code="200",reward="s_traj"}'] == n_served, 'the local run asked the server'
+    assert n_served == len(calls) > 0 and len(there) == len(here) == 2, f"{n_served} served requests, {len(calls)} local calls"
+
+    for col in ('reward_mean', 'policy_loss', 'kl', 'grad_norm'):
+        assert (there[col] - here[col]).abs().max() < 1e-9, (col, there[col].tolist(), here[col].tolist())

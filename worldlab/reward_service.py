@@ -17,6 +17,7 @@ from fastapi.responses import JSONResponse, Response
 from fastcore.basics import patch
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
+from uvicorn.protocols.http.h11_impl import H11Protocol
 
 from .camera import Trajectory, trajectory_to_dict
 from .core import to_float, to_uint8
@@ -25,7 +26,7 @@ from .rewards import REWARD_NAMES, make_rewards
 
 # %% auto #0
 __all__ = ['PROTOCOL', 'RETRYABLE', 'BadInput', 'ServeLimits', 'parse_request', 'score_jobs', 'ServiceMetrics', 'parse_metrics',
-           'Guard', 'RewardServer', 'post_any', 'remote_reward', 'serve_main']
+           'Guard', 'HeaderTimeoutH11', 'RewardServer', 'post_any', 'remote_reward', 'serve_main']
 
 # %% ../nbs/08b_reward_service.ipynb #1182c302
 PROTOCOL = 1   # the JSON protocol's version: /health reports it, a request may name it
@@ -49,11 +50,12 @@ class BadInput(ValueError):
 @dataclass
 class ServeLimits:
     "What a request may hold, how long it may take, and how requests are batched."
-    max_body_mb:float=256.0     # request body; 413 beyond it, and the body is not read
+    max_body_mb:float=2048.0    # request body; 413 beyond it, and the body is not read (8 Wan videos: ~1 GiB)
     max_videos:int=64           # videos in one request
     max_frames:int=256          # frames of one video
     max_side:int=1024           # height and width of a frame
-    body_timeout:float=30.0     # seconds to receive the whole body (408 beyond: slow or lying clients are cut off)
+    header_timeout:float=10.0   # seconds for a request line and headers (the connection is closed beyond)
+    body_timeout:float=120.0    # seconds to receive the whole body (408 beyond: slow or lying clients are cut off)
     request_timeout:float=600.0 # seconds from a request's arrival to its scores (504 beyond)
     max_batch:int=32            # videos scored in one call of a reward (0: no batching, one request per call)
     max_wait:float=0.01         # seconds a request waits for others to join its batch
@@ -245,6 +247,24 @@ async def _body(self:Guard, headers:dict, receive) -> bytes:
         raise BadInput('body', f"did not arrive within {lim.body_timeout:g} s (slow client, or fewer bytes than "
                        f"its Content-Length {int(declared)})", f"{lim.body_timeout:g} s", status=408) from None
 
+# %% ../nbs/08b_reward_service.ipynb #76c27e7c
+class HeaderTimeoutH11(H11Protocol):
+    "uvicorn's h11 protocol, closing a connection that has not sent a whole request head in `header_timeout` s."
+    header_timeout = 10.0
+
+    def connection_made(self, transport):
+        super().connection_made(transport); self._arm()
+
+    def on_response_complete(self):
+        super().on_response_complete(); self._arm()
+
+    def _arm(self):
+        seen = self.cycle                          # a new request (head complete) makes a new cycle
+        def check():
+            if self.cycle is seen and (seen is None or seen.response_complete) and not self.transport.is_closing():
+                self.transport.close()
+        self.loop.call_later(self.header_timeout, check)
+
 # %% ../nbs/08b_reward_service.ipynb #fc81ae9a
 def _is_loopback(host:str) -> bool:
     if host == 'localhost': return True
@@ -272,8 +292,9 @@ def _bind(self:RewardServer, port:int):
     self.sock.bind((self.host, port))
     self.port = self.sock.getsockname()[1]
     self.url = f"http://{f'[{self.host}]' if ':' in self.host else self.host}:{self.port}"
+    h11 = type('H11', (HeaderTimeoutH11,), dict(header_timeout=self.limits.header_timeout))
     self._server, self.thread = uvicorn.Server(uvicorn.Config(
-        self.app, http='h11', lifespan='off', log_level='warning', timeout_keep_alive=5,
+        self.app, http=h11, lifespan='off', log_level='warning', timeout_keep_alive=5,
         limit_concurrency=self.limits.max_connections, timeout_graceful_shutdown=self.limits.request_timeout)), None
 
 # %% ../nbs/08b_reward_service.ipynb #81e05c6a
