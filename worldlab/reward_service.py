@@ -196,6 +196,7 @@ async def _send_json(send, status:int, obj:dict, headers:list|None=None):
     await send({'type': 'http.response.start', 'status': status, 'headers': hs})
     await send({'type': 'http.response.body', 'body': body})
 
+# %% ../nbs/08b_reward_service.ipynb #0ec9e4c3
 class _TooLarge(Exception): pass
 class _Gone(Exception): pass
 
@@ -222,6 +223,10 @@ class Guard:
                     'authorization', "missing or wrong bearer token: send 'Authorization: Bearer <token>'", status=401),
                     [(b'www-authenticate', b'Bearer')])
         if scope['method'] != 'POST': return await self.app(scope, receive, send)
+        name = scope['path'].removeprefix('/score/')
+        if (q := srv._queues.get(name)) is not None and q.full():    # refused before its body is read
+            wait = [(b'retry-after', b'%d' % srv.limits.retry_after)]
+            return await srv._refuse(send, 'queue_full', srv._busy(name), wait, name)
         try: body = await self._body(headers, receive)
         except BadInput as e:
             return await srv._refuse(send, {413: 'body_too_large', 408: 'body_timeout'}.get(e.status, 'bad_request'), e)
@@ -271,6 +276,7 @@ def _is_loopback(host:str) -> bool:
     try: return ipaddress.ip_address(host).is_loopback
     except ValueError: return False                 # a host name: it may resolve beyond this machine
 
+# %% ../nbs/08b_reward_service.ipynb #94e679d0
 class RewardServer:
     "Serve a `{name: reward fn}` registry: POST /score/<name>, GET /health, GET /metrics (FastAPI on uvicorn)."
     def __init__(self, registry:dict, host:str='127.0.0.1', port:int=8765, token:str|None=None,
@@ -302,6 +308,12 @@ def _bind(self:RewardServer, port:int):
 async def _refuse(self:RewardServer, send, kind:str, e:BadInput, headers:list|None=None, reward:str='-'):
     self.metrics.failures.labels(kind).inc(); self.metrics.requests.labels(reward, str(e.status)).inc()
     await _send_json(send, e.status, e.body(), headers)
+
+@patch
+def _busy(self:RewardServer, name:str) -> BadInput:
+    lim = self.limits
+    return BadInput('queue', f"{name}: {lim.max_queue} requests are waiting; retry after {lim.retry_after} s",
+                    lim.max_queue, status=503)
 
 @patch
 def _answer(self:RewardServer, status:int, obj:dict, reward:str, kind:str|None=None, headers:dict|None=None):
@@ -337,9 +349,7 @@ async def _score(self:RewardServer, name:str, raw:bytes):
     fut = asyncio.get_running_loop().create_future()
     try: self._queue(name).put_nowait((videos, prompts, metas, fut))
     except asyncio.QueueFull:
-        return self._answer(503, dict(error=f"{name}: {lim.max_queue} requests are waiting; retry after "
-                                      f"{lim.retry_after} s", field='queue', limit=lim.max_queue),
-                            name, 'queue_full', {'Retry-After': str(lim.retry_after)})
+        return self._answer(503, self._busy(name).body(), name, 'queue_full', {'Retry-After': str(lim.retry_after)})
     self.metrics.queue.labels(name).set(self._queues[name].qsize())
     return await self._reply(name, fut, rid, t0)
 
@@ -367,6 +377,7 @@ def _queue(self:RewardServer, name:str) -> asyncio.Queue:
         self._workers[name] = asyncio.get_running_loop().create_task(self._batcher(name))
     return self._queues[name]
 
+# %% ../nbs/08b_reward_service.ipynb #15cd3933
 @patch
 async def _gather(self:RewardServer, q:asyncio.Queue, first) -> tuple[list, object]:
     "The first job and those that join it within `max_wait`; and a job that came but did not fit (or None)."
@@ -415,6 +426,7 @@ def start(self:RewardServer, wait:float=30.0) -> RewardServer:
         time.sleep(0.01)
     return self
 
+# %% ../nbs/08b_reward_service.ipynb #8b05b188
 @patch
 def stop(self:RewardServer, graceful:bool=True):
     "Stop serving: requests in progress are answered first (`graceful`), or cut off; the socket is closed."
@@ -494,17 +506,8 @@ def _limits_args(ap):
                  ('max_queue', 'requests waiting per reward (503 beyond)'), ('max_inflight', 'reward calls at once')):
         ap.add_argument('--' + f.replace('_', '-'), type=type(getattr(d, f)), default=getattr(d, f), help=h)
 
-# %% ../nbs/08b_reward_service.ipynb #a449254f
-def _serve_args():
-    import argparse
-    ap = argparse.ArgumentParser(prog='worldlab-rewards', description='Serve worldlab rewards over HTTP.',
-                                 formatter_class=argparse.ArgumentDefaultsHelpFormatter)
-    ap.add_argument('--rewards', default='reward_3d,s_recon,s_traj',
-                    help=f"comma-separated names to serve, of: {', '.join(REWARD_NAMES)} (reward_general needs --rgen)")
-    ap.add_argument('--host', default='127.0.0.1', help='address to listen on (beyond loopback: --token needed)')
-    ap.add_argument('--port', type=int, default=8765, help='port to listen on')
-    ap.add_argument('--token', default=os.environ.get('WORLDLAB_REWARD_TOKEN', ''),
-                    help='bearer token clients must send (default: $WORLDLAB_REWARD_TOKEN)')
+# %% ../nbs/08b_reward_service.ipynb #a8ef5da1
+def _model_args(ap):
     ap.add_argument('--recon', default='fit', help="reconstruction backend: fit (CPU) or da3 (GPU)")
     ap.add_argument('--lpips', default='imagenet', help="LPIPS trunk: imagenet, or random (plumbing only, labelled)")
     ap.add_argument('--rgen', default=None,
@@ -516,7 +519,19 @@ def _serve_args():
     ap.add_argument('--device', default='cpu', help='torch device of the reward models')
     ap.add_argument('--depth-prior', default=None,
                     help="fit backend: a monocular depth prior, 'procedural' (procedural worlds only) or a file")
-    _limits_args(ap)
+
+# %% ../nbs/08b_reward_service.ipynb #a449254f
+def _serve_args():
+    import argparse
+    ap = argparse.ArgumentParser(prog='worldlab-rewards', description='Serve worldlab rewards over HTTP.',
+                                 formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    ap.add_argument('--rewards', default='reward_3d,s_recon,s_traj',
+                    help=f"comma-separated names to serve, of: {', '.join(REWARD_NAMES)} (reward_general needs --rgen)")
+    ap.add_argument('--host', default='127.0.0.1', help='address to listen on (beyond loopback: --token needed)')
+    ap.add_argument('--port', type=int, default=8765, help='port to listen on')
+    ap.add_argument('--token', default=os.environ.get('WORLDLAB_REWARD_TOKEN', ''),
+                    help='bearer token clients must send (default: $WORLDLAB_REWARD_TOKEN)')
+    _model_args(ap); _limits_args(ap)
     return ap
 
 # %% ../nbs/08b_reward_service.ipynb #94989119
