@@ -122,13 +122,14 @@ def _jsonable_info(info:dict) -> dict:
 
 # %% ../nbs/08b_reward_service.ipynb #36272eed
 def _split(scores, info:dict, sizes:list) -> list[tuple[list, dict]]:
-    "One joined result back into per-request (scores, info); info entries of another length go to each request."
+    "One joined result back into per-request (scores, info); only per-video details (one entry a video) travel."
     scores, out, at = torch.as_tensor(scores, dtype=torch.float64).cpu().tolist(), [], 0
     n = sum(sizes)
     if len(scores) != n: raise RuntimeError(f"the reward gave {len(scores)} scores for {n} videos")
+    seq = (list, tuple, torch.Tensor, np.ndarray)
+    per_video = {k: v for k, v in info.items() if isinstance(v, seq) and len(v) == n}
     for b in sizes:
-        sub = {k: (v[at:at + b] if len(v) == n else v) for k, v in info.items() if hasattr(v, '__len__')}
-        out.append((scores[at:at + b], sub)); at += b
+        out.append((scores[at:at + b], {k: v[at:at + b] for k, v in per_video.items()})); at += b
     return out
 
 def _scalar(x): return x.item() if torch.is_tensor(x) or isinstance(x, np.generic) else x
@@ -457,8 +458,8 @@ def _post_once(url:str, body:bytes, token:str, timeout:float) -> tuple[int|None,
         return None, f"{type(e).__name__}: {getattr(e, 'reason', e)}", 0.0
 
 # %% ../nbs/08b_reward_service.ipynb #f528222b
-def post_any(urls:list[str], path:str, body:bytes, token:str='', timeout:float=600.0, retries:int=4,
-             backoff:float=0.5, start:int=0, max_wait:float=60.0) -> dict:
+def post_any(urls:list[str], path:str, body:bytes, token:str='', timeout:float=600.0, retries:int=6,
+             backoff:float=1.0, start:int=0, max_wait:float=60.0) -> dict:
     "POST to the first server of `urls` (from `start`) that answers; rounds over all with back-off; errors name each."
     errors = []
     for r in range(retries + 1):
@@ -476,7 +477,8 @@ def post_any(urls:list[str], path:str, body:bytes, token:str='', timeout:float=6
                        f"last answers: {'; '.join(errors[-len(urls):])}")
 
 # %% ../nbs/08b_reward_service.ipynb #f3911f4e
-def remote_reward(url:str|list, name:str, timeout:float=600.0, retries:int=4, backoff:float=0.5,
+def remote_reward(url:str|list, name:str, timeout:float=600.0, # seconds for each attempt
+                  retries:int=6, backoff:float=1.0, # rounds over the servers after the first, ~1 min of waits
                   token:str|None=None, # default: the WORLDLAB_REWARD_TOKEN environment variable
                   exact:bool=False): # send float32 (the very values) instead of uint8
     "A reward function that scores on `RewardServer`s (NaN where a server could not score a video)."
