@@ -5,7 +5,7 @@ offline, an OpenAI-compatible server (e.g. `vllm serve`) and transformers."""
 
 # %% ../nbs/09_judge.ipynb #f54a0ff3
 from __future__ import annotations
-import base64, io, json, math, mimetypes, time
+import base64, io, json, math, mimetypes, threading, time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -67,13 +67,14 @@ def _data_url(img, max_side:int) -> str:
 
 # %% ../nbs/09_judge.ipynb #3c995fdb
 class OpenAIBackend(JudgeBackend):
-    "A chat-completions HTTP endpoint: bounded concurrency, retries with back-off, timeouts."
+    "A chat-completions HTTP endpoint: bounded requests in flight, retries with back-off, timeouts."
     name = 'openai'
     def __init__(self, base_url:str='http://127.0.0.1:8000/v1', model:str='WorldReward', api_key:str='EMPTY',
                  max_concurrency:int=8, retries:int=3, backoff:float=1.0, timeout:float=300.0,
                  file_urls:bool=False, max_side:int=2048, extra_body:dict|None=None):
         self.base_url, self.model, self.api_key = base_url.rstrip('/'), model, api_key
         self.max_concurrency = max(1, max_concurrency)
+        self._slots = threading.BoundedSemaphore(self.max_concurrency)   # shared by every thread that asks this judge
         self.retries, self.backoff, self.timeout = retries, backoff, timeout
         self.file_urls, self.max_side, self.extra_body = file_urls, max_side, extra_body or {}
 
@@ -94,16 +95,17 @@ def _one(self:OpenAIBackend, r, max_tokens, temperature, logprobs) -> JudgeReply
     t0 = time.time()
     try: body = self._body(r, max_tokens, temperature, logprobs)
     except Exception as e: return JudgeReply(None, f"cannot read the images: {type(e).__name__}: {e}")
+    url = f"{self.base_url}/chat/completions"
     try:
-        out = post_json(f"{self.base_url}/chat/completions", body, {'Authorization': f'Bearer {self.api_key}'},
-                        self.timeout, self.retries,
-                        self.backoff)      # retries connection errors, timeouts, 429 and 5xx
+        with self._slots:                  # at most max_concurrency requests in flight, however many callers
+            out = post_json(url, body, {'Authorization': f'Bearer {self.api_key}'}, self.timeout, self.retries,
+                            self.backoff)  # retries connection errors, timeouts, 429 and 5xx
         choice = out['choices'][0]
         lp = (choice.get('logprobs') or {}).get('content') if logprobs else None
         return JudgeReply(choice['message']['content'], None, time.time() - t0,
                           [t['token'] for t in lp] if lp else None,
                           [{c['token']: c['logprob'] for c in t.get('top_logprobs', [])} for t in lp] if lp else None)
-    except RequestFailed as e: return JudgeReply(None, str(e), time.time() - t0)
+    except RequestFailed as e: return JudgeReply(None, f"{url}: {e}", time.time() - t0)
     except (KeyError, IndexError, TypeError, ValueError) as e:
         return JudgeReply(None, f"malformed response: {type(e).__name__}: {e}", time.time() - t0)
 
