@@ -16,8 +16,8 @@ def dtypes(module):
 def test_bf16_policy_keeps_the_modules_diffusers_keeps_in_float32():
     "A bf16 policy holds the dtypes diffusers' own loader gives (before the fix, the time embedder became bf16)."
     from diffusers import WanPipeline
-    from worldlab.policy import WanPolicy
-    pipe = WanPipeline.from_pretrained(ROOT/'data/mini_wan', torch_dtype=torch.bfloat16)
+    from worldlab.policy import WanPolicy, dtype_kwargs
+    pipe = WanPipeline.from_pretrained(ROOT/'data/mini_wan', **dtype_kwargs(torch.bfloat16))
     assert dtypes(pipe.transformer)['condition_embedder.time_embedder.linear_1.weight'] == torch.float32
     loaded = WanPolicy.from_pretrained(ROOT/'data/mini_wan', device='cpu', dtype='bf16').pipe
     built = WanPolicy(WanPipeline.from_pretrained(ROOT/'data/mini_wan'), 'cpu', torch.bfloat16).pipe
