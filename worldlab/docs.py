@@ -30,7 +30,7 @@ WINGS = {  # the package's three wings and the tooling they share: the site's se
                '12b_memory', '13_train', '13a_generate', '13b_evaluate', '14_fidelity'],
     'judging': ['08b_reward_service', '09_judge', '10_chunks', '10a_verdicts', '12c_nft', '13d_acwm'],
     'miniature': ['05_scenes', '06a_depth', '06b_corpus', '11b_miniwan', '11c_quality'],
-    'tooling': ['00_core', '11_trainloop', '11d_adapters', '12_config', '13c_measure', '90_figures', '91_runs',
+    'tooling': ['00_core', '00a_measure', '11_trainloop', '11d_adapters', '12_config', '90_figures', '91_runs',
                 '92_docs']}
 
 @dataclass

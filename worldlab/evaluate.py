@@ -20,6 +20,7 @@ from .core import load_preset, read_video, to_float
 from .generate import SIDECAR_FORMAT, write_item
 from .metrics import (MOTION_CLASS, camera_metrics, classify_camera, load_lpips, mvcs, recon_metrics,
                               trajectory_score)
+from .measure import paired_difference
 from .miniwan import video_grid
 from .rewards import ReconCache, consistency_rerender, dynamics_degree
 from .vbench import VBENCH_DIMENSIONS, load_vbench, tiny_vbench, vbench_scores
@@ -434,12 +435,11 @@ def paired_compare(results:pd.DataFrame, a:str, b:str, # folder labels: differen
     both = A.index.intersection(B.index)
     rows = []
     for m in metrics:
-        d = (pd.to_numeric(B.loc[both, m]) - pd.to_numeric(A.loc[both, m])).dropna()
-        n = len(d); se = float(d.std(ddof=1)/math.sqrt(n)) if n > 1 else math.nan
-        rows.append(dict(metric=m, pairs=n, mean_a=float(A.loc[d.index, m].mean()) if n else math.nan,
-                         mean_b=float(B.loc[d.index, m].mean()) if n else math.nan,
-                         diff=float(d.mean()) if n else math.nan, se=se,
-                         z=float(d.mean())/se if n > 1 and se > 0 else math.nan))
+        b_, a_ = pd.to_numeric(B.loc[both, m]), pd.to_numeric(A.loc[both, m])
+        p = paired_difference(b_, a_)                                   # the mean of b - a, its se and z
+        kept = (b_ - a_).dropna().index
+        rows.append(dict(metric=m, pairs=p['n'], mean_a=float(a_[kept].mean()) if p['n'] else math.nan,
+                         mean_b=float(b_[kept].mean()) if p['n'] else math.nan, diff=p['diff'], se=p['se'], z=p['z']))
     return pd.DataFrame(rows)
 
 # %% ../nbs/13b_evaluate.ipynb #91147c78
