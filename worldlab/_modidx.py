@@ -863,6 +863,7 @@ d = { 'settings': {'branch': 'main', 'doc_baseurl': '/', 'doc_host': '', 'git_ur
                                 'worldlab.splat.sh_rotation': ('splat.html#sh_rotation', 'worldlab/splat.py'),
                                 'worldlab.splat.transform_gaussians': ('splat.html#transform_gaussians', 'worldlab/splat.py')},
             'worldlab.train': { 'worldlab.train._HelpFormat': ('train.html#_helpformat', 'worldlab/train.py'),
+                                'worldlab.train._acwm_rgen': ('train.html#_acwm_rgen', 'worldlab/train.py'),
                                 'worldlab.train._base_rewards': ('train.html#_base_rewards', 'worldlab/train.py'),
                                 'worldlab.train._configs': ('train.html#_configs', 'worldlab/train.py'),
                                 'worldlab.train._likelihood_rgen': ('train.html#_likelihood_rgen', 'worldlab/train.py'),

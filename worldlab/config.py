@@ -90,7 +90,7 @@ class RunConfig:
     reward_url:str = ''              # a worldlab-rewards service for the weighted rewards ('' : in process)
     recon:str = 'fit'                # in-process 3D reward: reconstruction backend (fit on CPU, da3 on GPU)
     lpips:str = 'imagenet'           # in-process S_recon: LPIPS trunk (random only for plumbing runs, labelled)
-    rgen:str = ''                    # in-process R_gen: hpsv3, hpsv2 (release), standin, quality, likelihood; '' off
+    rgen:str = ''                    # in-process R_gen: hpsv3, hpsv2 (release), standin, quality, acwm, likelihood; ''
     recon_opts:dict = field(default_factory=dict)  # in-process 3D: reconstruct() options: FitConfig fields, depth_prior
     r3d_parts:dict = field(default_factory=dict)  # R_3D's parts and weights ({}: World-R1's s_meta + s_recon + s_traj)
     transformer:str = ''             # model=miniwan: a transformer folder used in it (data/mini_wan_layout/transformer)

@@ -28,7 +28,7 @@ WINGS = {  # the package's three wings and the tooling they share: the site's se
     'method': ['01_camera', '02_flow', '03_warp', '04_splat', '06_prompts', '07_recon', '07a_reward_contract',
                '08_metrics', '08a_rewards', '08c_vbench', '11_policy', '11a_sampler', '12_grpo', '12a_realsize',
                '12b_memory', '13_train', '13a_generate', '13b_evaluate', '14_fidelity'],
-    'judging': ['08b_reward_service', '09_judge', '10_chunks', '10a_verdicts', '12c_nft', '13d_acwm'],
+    'judging': ['08b_reward_service', '09_judge', '10_chunks', '10a_verdicts', '12c_nft', '11e_acwm'],
     'miniature': ['05_scenes', '06a_depth', '06b_corpus', '11b_miniwan', '11c_quality'],
     'tooling': ['00_core', '00a_measure', '11_trainloop', '11d_adapters', '12_config', '90_figures', '91_runs',
                 '92_docs']}

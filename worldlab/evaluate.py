@@ -221,6 +221,7 @@ class Backends:
     labels: dict             # reconstruction / lpips / r_gen / mvcs / each VBench dimension: what produced each number
     vbench: object|None = None      # a vbench.VBenchModels (its dimensions on the whole decoded video), or None
     mvcs_depth: object|None = None  # MVCS's depth: 'da3' (DA3's own) or a monocular depth prior fn(frame) -> depth
+    acwm: object|None = None        # the ACWM-RM-style reward fn(videos, prompts, metas) (acwm.acwm_reward), or None
 
 # %% ../nbs/13b_evaluate.ipynb #1d6fc9c8
 def _quality(rgen:str, device:str):
@@ -242,6 +243,7 @@ def load_backends(recon:str='fit', # fit (CPU analysis by synthesis) | da3 (Dept
                   vbench_weights:dict|None=None, # backbone -> hub name or local path (vbench.VBENCH_WEIGHTS' keys)
                   mvcs:bool=False, # the Multi-View Consistency Score (da3: DA3's depth; fit: `depth_prior` per frame)
                   depth_prior='procedural', # fit's MVCS depth: 'procedural' (the shipped prior), a file or a fn
+                  acwm:str|bool=False, # the ACWM-RM-style reward: True (data/acwm_rm) or a saved model's folder
                  ) -> Backends:
     "The reconstruction, LPIPS, R_gen, MVCS and VBench models, checked and labelled (a missing weight is an error)."
     if recon not in ('fit', 'da3'): raise ValueError(f"recon must be 'fit' or 'da3', got {recon!r}")
@@ -263,7 +265,11 @@ def load_backends(recon:str='fit', # fit (CPU analysis by synthesis) | da3 (Dept
         labels['mvcs'] = ("VideoGPA's MVCS on DA3's depth and cameras" if recon == 'da3' else
                           f"VideoGPA's MVCS on {getattr(depth, 'label', 'the depth prior')} depth of each frame "
                           "(one scale: frame 0's median at z_ref), tracked cameras")
-    return Backends(ReconCache(recon, **opts), lp, quality, labels, vb, depth)
+    am = None
+    if acwm:
+        from worldlab.acwm import ACWM_LABEL, acwm_reward, load_acwm   # lazy: only when the ACWM reward is asked for
+        am, labels['acwm'] = acwm_reward(load_acwm(None if acwm is True else acwm)), ACWM_LABEL
+    return Backends(ReconCache(recon, **opts), lp, quality, labels, vb, depth, am)
 
 # %% ../nbs/13b_evaluate.ipynb #4eab7aa2
 IMAGE_STATS = ['contrast', 'saturation', 'sharpness', 'temporal']
@@ -303,8 +309,8 @@ def evaluate_videos(videos:torch.Tensor, prompts:list[str], # [B,F,3,H,W] in [0,
 # %% ../nbs/13b_evaluate.ipynb #ee2b1f3e
 METRICS = {  # name: True higher is better, False lower is better, None a property (reward hacking shows in it)
     'PSNR': True, 'SSIM': True, 'LPIPS': False, 's_traj': True, 'RotErr': False, 'TransErr': False,
-    'class_match': True, 'dynamics': None, 'r_gen': True, 'mvcs': True, **{d: True for d in VBENCH_DIMENSIONS},
-    'sharpness': None, 'contrast': None, 'saturation': None, 'temporal': None}
+    'class_match': True, 'dynamics': None, 'r_gen': True, 'acwm': True, 'mvcs': True,
+    **{d: True for d in VBENCH_DIMENSIONS}, 'sharpness': None, 'contrast': None, 'saturation': None, 'temporal': None}
 RECON_COLUMNS = ('PSNR', 'SSIM', 'LPIPS', 's_traj', 'RotErr', 'TransErr', 'dynamics', 'class_match')
 
 def commanded_class(traj:Trajectory) -> str:
@@ -322,6 +328,8 @@ def score_video(video:torch.Tensor, traj:Trajectory, backends:Backends, # [F,3,H
                **{k: math.nan for k in RECON_COLUMNS}, tracked_class='', **image_stats(video[None]).iloc[0].to_dict())
     q = backends.quality
     row['r_gen'] = float(q(video[None], [prompt], [{}])[0][0]) if q is not None else math.nan
+    if backends.acwm is not None:                                   # under the camera the video was scored against
+        row['acwm'] = float(backends.acwm(video[None], [prompt], [dict(traj=traj)])[0][0])
     if not rec.ok: return row
     row |= {k: v for k, v in recon_metrics(video, consistency_rerender(rec, traj).to(video),
                                            backends.lpips_model).items() if k in METRICS}

@@ -85,9 +85,14 @@ def _quality_rgen(rc:RunConfig, policy):
     from worldlab.quality import quality_reward
     return quality_reward()
 
+def _acwm_rgen(rc:RunConfig, policy):
+    "The ACWM-RM-style reward shipped in `data/acwm_rm/` (`rgen='acwm'`): camera-following and quality in one score."
+    from worldlab.acwm import acwm_reward   # lazy: the reward model loads only for this R_gen
+    return acwm_reward()
+
 # %% ../nbs/13_train.ipynb #2fe7239c
 # RunConfig.rgen -> (rc, policy) -> an R_gen reward; names not here go to rewards.make_rewards (hpsv3, hpsv2, standin)
-RGEN = {'likelihood': _likelihood_rgen, 'quality': _quality_rgen}
+RGEN = {'likelihood': _likelihood_rgen, 'quality': _quality_rgen, 'acwm': _acwm_rgen}
 
 def _base_rewards(names:list, rc:RunConfig, policy=None) -> dict:
     "Rewards for `names` that are not simple: from a reward service, or the in-process 3D reward and R_gen."
