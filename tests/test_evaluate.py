@@ -184,10 +184,11 @@ def test_cli_report_has_mvcs_and_vbench_with_provenance(tmp_path):
     assert 'plumbing only, not VBench' in page and 'strips/mvcs.png' not in page and (d/'strips'/'mvcs.png').exists()
 
 
-def test_cli_several_pairs_and_the_acwm_column(tmp_path):
-    """Three folders, two pairs asked for with ';', and the ACWM reward as a column: each pair in paired.csv, and
-    the ACWM score equal to the shipped model called on the decoded video under the prompt's camera (evaluate passes
-    its planned camera instead: the two routes to the command must agree)."""
+def test_cli_arms_several_pairs_and_the_acwm_column(tmp_path):
+    """Three folders as arms (one of two 'training seeds'), two pairs asked for with ';', and the ACWM reward as a
+    column: each arm difference equals the arm means of the per-video rows, and the ACWM score equals the shipped
+    model called on the decoded video under the prompt's camera (evaluate passes its planned camera instead: the two
+    routes to the command must agree)."""
     from worldlab.acwm import acwm_reward
     from worldlab.corpus import render_clip
     spec = ev.held_out_clips(1)[0]
@@ -195,15 +196,20 @@ def test_cli_several_pairs_and_the_acwm_column(tmp_path):
     ev.save_video(tmp_path/'base', 'p0000_s0', frames, spec.caption, seed=0)
     ev.save_video(tmp_path/'mirror', 'p0000_s0', frames[:, :, ::-1].copy(), spec.caption, seed=0)
     ev.save_video(tmp_path/'still', 'p0000_s0', np.repeat(frames[:1], len(frames), 0), spec.caption, seed=0)
+    arms = {'base': ['base'], 'mirror': ['mirror'], 'broken': ['mirror', 'still']}
     r = run_evaluate(tmp_path/'out', 'three', ('videos', ','.join(str(tmp_path/f) for f in ('base', 'mirror', 'still'))),
-                     ('compare', 'base,mirror;base,still'), ('acwm', 'true'), ('mvcs', 'false'))
+                     ('arms', json.dumps(arms)), ('compare', 'base,mirror;base,broken'), ('acwm', 'true'),
+                     ('mvcs', 'false'))
     assert r.returncode == 0, (r.stdout + r.stderr)[-3000:]
     d = tmp_path/'out'/'evaluate'/'three'
-    paired = pd.read_csv(d/'paired.csv')
-    assert set(zip(paired.a, paired.b)) == {('base', 'mirror'), ('base', 'still')}, paired
-    assert (paired.groupby(['a', 'b']).metric.count() == len(paired)//2).all(), paired
-    assert set(paired.metric[paired.b == 'still']) >= {'acwm', 'PSNR', 's_traj'}, paired.metric.tolist()
+    paired = pd.read_csv(d/'paired.csv').set_index(['a', 'b', 'metric'])
     videos = pd.read_csv(d/'videos.csv').set_index('folder')
+    for m in ('PSNR', 's_traj', 'acwm', 'sharpness'):
+        v = videos[m]
+        assert paired.loc[('base', 'mirror', m), 'diff'] == pytest.approx(v['mirror'] - v['base'], abs=1e-9), m
+        want = (v['mirror'] + v['still'])/2 - v['base']
+        assert paired.loc[('base', 'broken', m), 'diff'] == pytest.approx(want, abs=1e-9), (m, paired.loc[('base', 'broken', m)])
+        assert paired.loc[('base', 'broken', m), 'seeds_b'] == 2
     fn = acwm_reward()
     for f in ('base', 'mirror', 'still'):
         v = torch.from_numpy(ev.read_video(tmp_path/f/'p0000_s0.mp4')[0]).permute(0, 3, 1, 2).float()[None]/255

@@ -238,6 +238,7 @@ d = { 'settings': {'branch': 'main', 'doc_baseurl': '/', 'doc_host': '', 'git_ur
                                    'worldlab.evaluate._quality': ('evaluate.html#_quality', 'worldlab/evaluate.py'),
                                    'worldlab.evaluate._unreadable': ('evaluate.html#_unreadable', 'worldlab/evaluate.py'),
                                    'worldlab.evaluate._video_dir': ('evaluate.html#_video_dir', 'worldlab/evaluate.py'),
+                                   'worldlab.evaluate.arm_compare': ('evaluate.html#arm_compare', 'worldlab/evaluate.py'),
                                    'worldlab.evaluate.collect_videos': ('evaluate.html#collect_videos', 'worldlab/evaluate.py'),
                                    'worldlab.evaluate.commanded_class': ('evaluate.html#commanded_class', 'worldlab/evaluate.py'),
                                    'worldlab.evaluate.eval_plan': ('evaluate.html#eval_plan', 'worldlab/evaluate.py'),

@@ -20,7 +20,7 @@ from .core import load_preset, read_video, to_float
 from .generate import SIDECAR_FORMAT, write_item
 from .metrics import (MOTION_CLASS, camera_metrics, classify_camera, load_lpips, mvcs, recon_metrics,
                               trajectory_score)
-from .measure import paired_difference
+from .measure import paired_difference, seeded_difference
 from .miniwan import video_grid
 from .rewards import ReconCache, consistency_rerender, dynamics_degree
 from .vbench import VBENCH_DIMENSIONS, load_vbench, tiny_vbench, vbench_scores
@@ -29,8 +29,9 @@ from .vbench import VBENCH_DIMENSIONS, load_vbench, tiny_vbench, vbench_scores
 __all__ = ['RGEN_SOURCES', 'IMAGE_STATS', 'METRICS', 'RECON_COLUMNS', 'PRIMITIVE_ACTIONS', 'CATCH', 'save_video', 'read_sidecar',
            'read_mapping', 'collect_videos', 'eval_plan', 'prepare_video', 'plan_camera', 'Backends', 'load_backends',
            'image_stats', 'evaluate_videos', 'commanded_class', 'score_video', 'video_mvcs', 'read_results',
-           'evaluate_one', 'evaluate_items', 'mean_ci', 'summarise', 'paired_compare', 'metric_strip', 'write_report',
-           'judge_pairs', 'win_rate', 'judge_win_rate', 'held_out_clips', 'write_broken_copies', 'validation_table']
+           'evaluate_one', 'evaluate_items', 'mean_ci', 'summarise', 'paired_compare', 'arm_compare', 'metric_strip',
+           'write_report', 'judge_pairs', 'win_rate', 'judge_win_rate', 'held_out_clips', 'write_broken_copies',
+           'validation_table']
 
 # %% ../nbs/13b_evaluate.ipynb #86de774b
 def save_video(folder:str|Path, stem:str, # where: `<folder>/<stem>.mp4` and `<stem>.json`
@@ -448,6 +449,29 @@ def paired_compare(results:pd.DataFrame, a:str, b:str, # folder labels: differen
         kept = (b_ - a_).dropna().index
         rows.append(dict(metric=m, pairs=p['n'], mean_a=float(a_[kept].mean()) if p['n'] else math.nan,
                          mean_b=float(b_[kept].mean()) if p['n'] else math.nan, diff=p['diff'], se=p['se'], z=p['z']))
+    return pd.DataFrame(rows)
+
+# %% ../nbs/13b_evaluate.ipynb #5061e46f
+def arm_compare(results:pd.DataFrame, a:list[str], b:list[str], # each arm's folder labels (one per training seed)
+                metrics=None, by:str='folder') -> pd.DataFrame:
+    "Per metric, arm b − arm a: paired by (prompt, seed) over videos averaged across seeds, and over the seeds' means."
+    metrics = [m for m in (metrics or METRICS) if m in results]
+    df = results[results.status == 'ok'] if 'status' in results else results
+    df = df.assign(seed=df.seed.astype('float').fillna(-1))
+    common = None
+    for f in [*a, *b]:                                              # the (prompt, seed) pairs every folder scored
+        idx = pd.MultiIndex.from_frame(df.loc[df[by] == f, ['prompt', 'seed']])
+        if idx.duplicated().any(): raise ValueError(f"folder {f!r} holds a prompt and seed twice: pairs must be unique")
+        common = idx if common is None else common.intersection(idx)
+    rows = []
+    for m in metrics:
+        per = {f: df[df[by] == f].set_index(['prompt', 'seed']).loc[common, m].astype(float) for f in [*a, *b]}
+        video = lambda arm: pd.concat([per[f] for f in arm], axis=1).mean(axis=1)
+        seeds = lambda arm: pd.Series([per[f].mean() for f in arm] * (2 if len(arm) == 1 else 1))  # one folder: no spread
+        s = seeded_difference(video(b), video(a), seeds(b), seeds(a))
+        rows.append(dict(metric=m, pairs=s['n'], seeds_a=len(a), seeds_b=len(b), mean_a=float(video(a).mean()),
+                         mean_b=float(video(b).mean()), diff=s['diff'], se=s['se'], z=s['z'], se_seeds=s['se_seeds'],
+                         z_total=s['z_total']))
     return pd.DataFrame(rows)
 
 # %% ../nbs/13b_evaluate.ipynb #91147c78
