@@ -358,7 +358,7 @@ def contact_sheet(run_dir:str|Path, frames:int=5, rows:int=24, height:int=96) ->
 @dataclass
 class GenerateConfig:
     "What to generate beside the training settings: prompts, seeds, adapters, sampler, batch."
-    prompts:str = 'worldlab-v1:test'   # SET:SPLIT (worldlab-v1, world-r1-final, world-r1-enhanced, mini), or a file
+    prompts:str = 'worldlab-v1:test'   # SET:SPLIT (worldlab-v1, world-r1-final, world-r1-enhanced, corpus), or a file
     prompt:str = ''                   # one prompt (instead of `prompts`)
     limit:int = 0                     # the first `limit` prompts (0: all)
     seeds:str = '1'                   # N: seeds 0..N-1; or a list '0,5' ('7,' is seed 7)
