@@ -469,9 +469,10 @@ def arm_compare(results:pd.DataFrame, a:list[str], b:list[str], # each arm's fol
         video = lambda arm: pd.concat([per[f] for f in arm], axis=1).mean(axis=1)
         # an arm's seed means; one folder (a fixed model) counted twice: it adds no spread between seeds
         seeds = lambda arm: pd.Series([per[f].mean() for f in arm] * (2 if len(arm) == 1 else 1))
-        s = seeded_difference(video(b), video(a), seeds(b), seeds(a))
-        rows.append(dict(metric=m, pairs=s['n'], seeds_a=len(a), seeds_b=len(b), mean_a=float(video(a).mean()),
-                         mean_b=float(video(b).mean()), diff=s['diff'], se=s['se'], z=s['z'], se_seeds=s['se_seeds'],
+        va, vb = video(a), video(b)
+        s = seeded_difference(vb, va, seeds(b), seeds(a))
+        rows.append(dict(metric=m, pairs=s['n'], seeds_a=len(a), seeds_b=len(b), mean_a=float(va.mean()),
+                         mean_b=float(vb.mean()), diff=s['diff'], se=s['se'], z=s['z'], se_seeds=s['se_seeds'],
                          z_total=s['z_total']))
     return pd.DataFrame(rows)
 
